@@ -1,0 +1,185 @@
+"""Read one dsh session log (JSONL) into its header and its list of logical events.
+
+Physical rows come in three layouts: one event per line; packed rows (a run of same-block delta
+chunks stored in one line, expanded here into one `assistant/chunk` event per member); and
+projected rows (no `seq`/`time`, given contiguous seq from 0). A file is projected or not, never
+both. Unknown event types are kept with their data undecoded: the format grows, readers must not
+break on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from mockllm.chunks import ReasoningDelta, StreamChunk, TextDelta, ToolCallDelta
+from mockllm.errors import RecordingError
+from mockllm.header import HeaderError, SessionHeader, parse_header
+
+CHUNK_EVENT = "assistant/chunk"
+PACKED_TYPES = ("text-chunks", "reasoning-chunks", "tool-call-chunks")
+
+Layout = Literal["full", "projected"]
+
+
+class CallChunk(msgspec.Struct, gc=False):
+    """`data` of an `assistant/chunk` event: one chunk of the model call made in (turn, step)."""
+
+    turn: int
+    step: int
+    chunk: StreamChunk
+
+
+class Event(msgspec.Struct, gc=False):
+    """One logical event. `data` is a CallChunk for chunk events, else the undecoded JSON."""
+
+    type: str
+    seq: int
+    time: int | float | None
+    line: int
+    data: CallChunk | msgspec.Raw
+
+
+class _Row(msgspec.Struct, gc=False):
+    type: str
+    seq: int | None = None
+    time: int | float | None = None
+    seq0: int | None = None
+    time0: int | float | None = None
+    data: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class _PackedTexts(msgspec.Struct, gc=False):
+    turn: int
+    step: int
+    index: int
+    texts: list[str]
+    dt: list[int | float] = []
+
+
+class _PackedToolCall(msgspec.Struct, gc=False):
+    turn: int
+    step: int
+    index: int
+    args: list[str]
+    id: str | None = None
+    name: str | None = None
+    dt: list[int | float] = []
+
+
+_row_decoder = msgspec.json.Decoder(_Row)
+_chunk_decoder = msgspec.json.Decoder(CallChunk)
+_texts_decoder = msgspec.json.Decoder(_PackedTexts)
+_tool_call_decoder = msgspec.json.Decoder(_PackedToolCall)
+
+
+@dataclass(slots=True)
+class SessionLog:
+    path: Path
+    header: SessionHeader
+    events: list[Event]
+    layout: Layout
+    lines: int  # physical body lines, for display: packed rows make this smaller than events
+
+
+def read_log(path: Path) -> SessionLog:
+    """Read and validate one session log; every error names `file:line`."""
+    try:
+        buf = path.read_bytes()
+    except OSError as exc:
+        raise RecordingError(path, None, f"cannot read: {exc.strerror}") from None
+    return parse_log(buf, path)
+
+
+def parse_log(buf: bytes, path: Path) -> SessionLog:
+    lines = buf.splitlines()
+    if not lines or not lines[0].strip():
+        raise RecordingError(path, 1, 'empty log: expected a session header {"type":"session","version":0,…}')
+    try:
+        header = parse_header(lines[0])
+    except HeaderError as exc:
+        raise RecordingError(path, 1, str(exc)) from None
+
+    events: list[Event] = []
+    layout: Layout | None = None
+    body_lines = 0
+    for lineno, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue  # a trailing or stray blank line carries nothing
+        body_lines += 1
+        try:
+            row = _row_decoder.decode(line)
+        except msgspec.DecodeError as exc:
+            expected = 'an event {"type","seq","time","data"}'
+            raise RecordingError(path, lineno, _describe(exc, expected)) from None
+        row_layout: Layout = "full" if (row.seq is not None or row.seq0 is not None) else "projected"
+        if layout is None:
+            layout = row_layout
+        elif row_layout != layout:
+            raise RecordingError(
+                path, lineno,
+                f"mixed layout: this row is {row_layout} but earlier rows are {layout} "
+                "(a file either has seq/time on every row or on none)",
+            )
+        if row.type in PACKED_TYPES:
+            _expand_packed(row, lineno, path, events)
+            continue
+        seq = row.seq if row.seq is not None else len(events)
+        if row.type == CHUNK_EVENT:
+            try:
+                data: CallChunk | msgspec.Raw = _chunk_decoder.decode(row.data)
+            except msgspec.DecodeError as exc:
+                raise RecordingError(path, lineno, _describe(exc, "assistant/chunk data {turn, step, chunk}")) from None
+        else:
+            data = row.data
+        events.append(Event(row.type, seq, row.time, lineno, data))
+
+    if header.cut > len(events):
+        raise RecordingError(
+            path, 1,
+            f"seedLength {header.cut} is past the end of the log ({len(events)} logical events); "
+            "seedLength counts logical events, packed rows expanded",
+        )
+    return SessionLog(path, header, events, layout or "full", body_lines)
+
+
+def _expand_packed(row: _Row, lineno: int, path: Path, events: list[Event]) -> None:
+    """Expand a packed row into one assistant/chunk event per member (seq0+k, time0+sum(dt[:k]))."""
+    packed: _PackedToolCall | _PackedTexts
+    try:
+        if row.type == "tool-call-chunks":
+            packed = _tool_call_decoder.decode(row.data)
+        else:
+            packed = _texts_decoder.decode(row.data)
+    except msgspec.DecodeError as exc:
+        raise RecordingError(path, lineno, _describe(exc, f"{row.type} data")) from None
+    pieces = packed.args if isinstance(packed, _PackedToolCall) else packed.texts
+    if len(packed.dt) < len(pieces) - 1 and row.time0 is not None:
+        raise RecordingError(
+            path, lineno,
+            f"{row.type}: {len(pieces)} members need at least {len(pieces) - 1} dt values, got {len(packed.dt)}",
+        )
+    seq = row.seq0 if row.seq0 is not None else len(events)
+    time = row.time0
+    turn, step, index = packed.turn, packed.step, packed.index
+    for k, piece in enumerate(pieces):
+        if k and time is not None:
+            time += packed.dt[k - 1]
+        chunk: StreamChunk
+        if isinstance(packed, _PackedToolCall):
+            chunk = ToolCallDelta(index, piece, packed.id, packed.name)
+        elif row.type == "text-chunks":
+            chunk = TextDelta(index, piece)
+        else:
+            chunk = ReasoningDelta(index, piece)
+        events.append(Event(CHUNK_EVENT, seq + k, time, lineno, CallChunk(turn, step, chunk)))
+
+
+def _describe(exc: msgspec.DecodeError, expected: str) -> str:
+    text = str(exc)
+    if text.startswith("JSON is malformed") or text.startswith("Input data was truncated"):
+        return f"malformed JSON ({text}); expected {expected}"
+    return f"{text}; expected {expected}"

@@ -1,0 +1,156 @@
+"""Load a scenario (one recorded session tree) or a suite (a folder of scenarios).
+
+A scenario folder holds `session.jsonl` (the primary), `session.N.jsonl` (one per subagent, any
+depth) and optionally `replay.override.json` for the primary. Each session gets its replay script;
+scripts are ordered primary first, then children by header `createdAt`, ties by recorded id (the
+order in which dsh binds new live sessions).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mockllm.entries import Entry
+from mockllm.errors import MockllmError, NotAScenarioError, RecordingError
+from mockllm.header import SessionKind
+from mockllm.recording import SessionLog, read_log
+from mockllm.script import calls_to_entries, derive_calls
+from mockllm.sidecar import SIDECAR_FILE, Sidecar, read_sidecar
+
+PRIMARY_FILE = "session.jsonl"
+_CHILD_FILE = re.compile(r"session\.(\d+)\.jsonl")
+
+
+@dataclass(slots=True)
+class SessionScript:
+    """One recorded session and the script derived for it."""
+
+    id: str
+    file: str
+    parent: str | None
+    kind: SessionKind
+    cut: int
+    events: int
+    created_at: int | float
+    entries: list[Entry]
+    log: SessionLog | None  # None for an override-only scenario's primary
+
+
+@dataclass(slots=True)
+class Scenario:
+    name: str
+    path: Path
+    sessions: list[SessionScript]  # in script order
+
+    @property
+    def primary(self) -> SessionScript:
+        return self.sessions[0]
+
+    @property
+    def cwd(self) -> str | None:
+        log = self.primary.log
+        return log.header.cwd if log is not None else None
+
+
+class ScenarioError(MockllmError):
+    """A scenario failed to load; `problems` holds one error per broken file."""
+
+    def __init__(self, name: str, problems: list[RecordingError]) -> None:
+        self.name = name
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
+
+
+@dataclass(slots=True)
+class Suite:
+    path: Path
+    scenarios: dict[str, Scenario] = field(default_factory=dict)
+    broken: dict[str, ScenarioError] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)  # sub-folders that are not scenarios
+
+
+def is_scenario(path: Path) -> bool:
+    return (path / PRIMARY_FILE).is_file() or (path / SIDECAR_FILE).is_file()
+
+
+def session_files(path: Path) -> list[Path]:
+    """The primary's log (if any), then child logs by their number."""
+    children = sorted(
+        (int(m.group(1)), p) for p in path.iterdir() if (m := _CHILD_FILE.fullmatch(p.name)) and p.is_file()
+    )
+    primary = [path / PRIMARY_FILE] if (path / PRIMARY_FILE).is_file() else []
+    return primary + [p for _, p in children]
+
+
+def load_scenario(path: Path) -> Scenario:
+    """Load and derive every session of one scenario; raises ScenarioError listing every broken file."""
+    if not path.is_dir() or not is_scenario(path):
+        raise NotAScenarioError(f"{path}: not a scenario (no {PRIMARY_FILE} and no {SIDECAR_FILE})")
+    problems: list[RecordingError] = []
+    sidecar: Sidecar | None = None
+    if (path / SIDECAR_FILE).is_file():
+        try:
+            sidecar = read_sidecar(path / SIDECAR_FILE)
+        except RecordingError as exc:
+            problems.append(exc)
+
+    sessions: list[SessionScript] = []
+    for file in session_files(path):
+        try:
+            sessions.append(_session_script(file, sidecar if file.name == PRIMARY_FILE else None))
+        except RecordingError as exc:
+            problems.append(exc)
+    if sidecar is not None and not (path / PRIMARY_FILE).is_file():
+        try:
+            sessions.insert(0, _override_only_primary(path, sidecar))
+        except RecordingError as exc:
+            problems.append(exc)
+    if problems:
+        raise ScenarioError(path.name, problems)
+
+    primary, children = sessions[0], sessions[1:]
+    children.sort(key=lambda s: (s.created_at, s.id))
+    return Scenario(path.name, path, [primary, *children])
+
+
+def load_suite(path: Path) -> Suite:
+    """Load `path` as one scenario, or as a suite of scenario sub-folders; broken ones are kept apart."""
+    if not path.is_dir():
+        raise NotAScenarioError(f"{path}: not a folder")
+    suite = Suite(path)
+    folders = [path] if is_scenario(path) else sorted(p for p in path.iterdir() if p.is_dir())
+    for folder in folders:
+        if not is_scenario(folder):
+            suite.skipped.append(folder.name)
+            continue
+        try:
+            suite.scenarios[folder.name] = load_scenario(folder)
+        except ScenarioError as exc:
+            suite.broken[folder.name] = exc
+    if not suite.scenarios and not suite.broken:
+        raise NotAScenarioError(f"{path}: neither a scenario nor a suite of scenarios (no {PRIMARY_FILE} found)")
+    return suite
+
+
+def _session_script(file: Path, sidecar: Sidecar | None) -> SessionScript:
+    log = read_log(file)
+    calls = derive_calls(log)
+    replaced = sidecar.replaces(len(calls)) if sidecar is not None else set()
+    entries = calls_to_entries(calls, log, replaced)
+    if sidecar is not None:
+        entries = sidecar.apply(entries)
+    header = log.header
+    kind: SessionKind = "primary" if file.name == PRIMARY_FILE else ("fork" if header.is_seeded else "spawn")
+    return SessionScript(
+        id=header.id, file=file.name, parent=header.parent_session, kind=kind, cut=header.cut,
+        events=len(log.events), created_at=header.created_at, entries=entries, log=log,
+    )
+
+
+def _override_only_primary(path: Path, sidecar: Sidecar) -> SessionScript:
+    return SessionScript(
+        id=path.name, file=SIDECAR_FILE, parent=None, kind="primary", cut=0, events=0,
+        created_at=0, entries=sidecar.apply([]), log=None,
+    )
