@@ -42,11 +42,3 @@ def finish_of(entry: Entry) -> FinishChunk | None:
         return chunks[-1]
     return None
 
-
-def has_template(entry: Entry) -> bool:
-    """True when a scripted string asks for `{{fromRequest:…}}`: its bytes depend on the request."""
-    if isinstance(entry, HangEntry):
-        return False
-    if isinstance(entry, ThrowEntry) and FROM_REQUEST.search(entry.message):
-        return True
-    return FROM_REQUEST.search(msgspec.json.encode(entry.chunks).decode()) is not None

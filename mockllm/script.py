@@ -113,3 +113,16 @@ def _compaction_chunks(compaction: _Compaction) -> list[StreamChunk]:
         chunks.append(UsageChunk(compaction.usage))
     chunks.append(FinishChunk(FinishReason("stop")))
     return chunks
+
+
+def recorded_model(log: SessionLog) -> str | None:
+    """The model the session called, from its first `request/context` or `request/header` event."""
+    for event in log.events:
+        if event.type in ("request/context", "request/header") and isinstance(event.data, msgspec.Raw):
+            data = msgspec.json.decode(event.data)
+            if not isinstance(data, dict):
+                continue
+            model = data.get("model") or ((data.get("header") or {}).get("config") or {}).get("model")
+            if isinstance(model, str):
+                return model
+    return None

@@ -1,0 +1,198 @@
+"""Runs: independent replays of one scenario, with their bindings, cursors and journal (no HTTP).
+
+A live session (named by a request header, or found by its conversation) binds to a recorded
+session's script on its first call: to the script with the same recorded id if there is one,
+else to the next unbound script in script order (first-call order, as dsh binds). Each binding
+then has its own cursor, advanced when a request arrives, so a session's call order (not stream
+timing) fixes which entry it gets.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from mockllm.conversations import ConversationIndex
+from mockllm.errors import MockllmError
+from mockllm.scenario import Scenario, SessionScript
+
+Headerless = Literal["conversation", "anonymous"]
+ANONYMOUS = "anonymous"
+
+
+class ReplayFailure(MockllmError):
+    """A request the script cannot answer; recorded in the run's failures and answered with `status`."""
+
+    def __init__(self, status: int, code: str, message: str, session: str | None, call: int | None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.session = session
+        self.call = call
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "session": self.session, "call": self.call}
+
+
+@dataclass(slots=True)
+class Binding:
+    script: int  # index into scenario.sessions
+    live_id: str
+    cursor: int = 0  # entries served so far
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """What one request was given: the bound session and the 0-based entry index."""
+
+    script: int
+    call: int
+    session: SessionScript
+    live_id: str
+
+
+@dataclass(slots=True)
+class Run:
+    id: str
+    scenario: Scenario
+    cwd: str | None = None
+    headerless: Headerless = "conversation"
+    created: float = field(default_factory=time.time)
+    bindings: dict[str, Binding] = field(default_factory=dict)  # live id -> binding
+    failures: list[ReplayFailure] = field(default_factory=list)
+    journal: list[dict[str, Any]] = field(default_factory=list)
+    holding: int = 0  # streams currently held open by a hang or an aborted finish
+    _bound: dict[int, Binding] = field(default_factory=dict)
+    _conversations: ConversationIndex = field(default_factory=ConversationIndex)
+
+    def live_session(self, header_id: str | None, messages: list[Any]) -> str:
+        """The live id of the calling session: its header, else its conversation."""
+        if header_id is not None:
+            return header_id
+        if self.headerless == "anonymous":
+            return ANONYMOUS
+        live_id, _ = self._conversations.route(messages)
+        return live_id
+
+    def take(self, live_id: str) -> Turn:
+        """Bind if new, then hand out the session's next entry and advance its cursor."""
+        binding = self.bindings.get(live_id) or self._bind(live_id)
+        session = self.scenario.sessions[binding.script]
+        if binding.cursor >= len(session.entries):
+            call = binding.cursor
+            binding.cursor += 1  # later calls are counted too, so the report shows how far over it went
+            raise self._fail(
+                410, "script_exhausted",
+                f"run {self.id}: session {session.file} (recorded id {session.id}, live id {live_id}) made call "
+                f"{call + 1} but its script has {len(session.entries)} entries; the agent made more model calls "
+                "than were recorded: re-record the scenario, or append an entry in replay.override.json",
+                live_id, call,
+            )
+        turn = Turn(binding.script, binding.cursor, session, live_id)
+        binding.cursor += 1
+        return turn
+
+    def _bind(self, live_id: str) -> Binding:
+        sessions = self.scenario.sessions
+        chosen = next((i for i, s in enumerate(sessions) if s.id == live_id and i not in self._bound), None)
+        if chosen is None:
+            # Sessions recorded with no model calls never call, so they take no place in first-call order.
+            chosen = next((i for i, s in enumerate(sessions) if i not in self._bound and s.entries), None)
+        if chosen is None:
+            bound = ", ".join(f"{sessions[b.script].file}<-{b.live_id}" for b in self._bound.values()) or "none"
+            raise self._fail(
+                404, "unrecorded_session",
+                f"run {self.id}: live session {live_id} is new, but every recorded session with model calls "
+                f"is already bound ({bound}); the agent started a session that was not recorded: re-record "
+                "the scenario, or send the recorded id in the x-mockllm-session header",
+                live_id, 0,
+            )
+        binding = self.bindings[live_id] = self._bound[chosen] = Binding(chosen, live_id)
+        return binding
+
+    def _fail(self, status: int, code: str, message: str, session: str | None, call: int | None) -> ReplayFailure:
+        failure = ReplayFailure(status, code, message, session, call)
+        self.failures.append(failure)
+        return failure
+
+    def fail(self, failure: ReplayFailure) -> ReplayFailure:
+        """Record a failure found outside the cursor logic (e.g. an unmatched template)."""
+        self.failures.append(failure)
+        return failure
+
+    @property
+    def consumed(self) -> bool:
+        """Every script with entries was bound and drained."""
+        return all(
+            (b := self._bound.get(i)) is not None and b.cursor >= len(s.entries)
+            for i, s in enumerate(self.scenario.sessions)
+            if s.entries
+        )
+
+    def sessions_report(self) -> list[dict[str, Any]]:
+        out = []
+        for i, session in enumerate(self.scenario.sessions):
+            binding = self._bound.get(i)
+            served = min(binding.cursor, len(session.entries)) if binding else 0
+            out.append({
+                "id": session.id, "file": session.file, "kind": session.kind,
+                "live_id": binding.live_id if binding else None,
+                "served": served, "entries": len(session.entries), "remaining": len(session.entries) - served,
+            })
+        return out
+
+    def report(self) -> dict[str, Any]:
+        """The final report DELETE answers with."""
+        return {
+            "run": self.id, "scenario": self.scenario.name, "consumed": self.consumed,
+            "failures": [f.as_dict() for f in self.failures], "sessions": self.sessions_report(),
+        }
+
+    def state(self) -> dict[str, Any]:
+        """The live state GET answers with."""
+        return {
+            **self.report(),
+            "cwd": self.cwd, "holding": self.holding,
+            "bindings": {live: self.scenario.sessions[b.script].id for live, b in self.bindings.items()},
+            "cursors": {live: b.cursor for live, b in self.bindings.items()},
+            "journal": self.journal,
+        }
+
+
+class Runs:
+    """Every run of a server: the default run per scenario, and runs created by clients."""
+
+    def __init__(self, scenarios: dict[str, Scenario], *, headerless: Headerless, cwd: str | None) -> None:
+        self._scenarios = scenarios
+        self._headerless = headerless
+        self._cwd = cwd
+        self._runs: dict[str, Run] = {}
+        self._defaults: dict[str, str] = {}
+        self._ids = itertools.count(1)
+
+    def create(self, scenario: str, cwd: str | None = None) -> Run:
+        run = Run(f"run-{next(self._ids)}", self._scenarios[scenario], cwd, self._headerless)
+        self._runs[run.id] = run
+        return run
+
+    def default(self, scenario: str) -> Run:
+        """The run behind /scenarios/{name}/v1, created on first use."""
+        run_id = self._defaults.get(scenario)
+        if run_id is None or run_id not in self._runs:
+            run = self.create(scenario, self._cwd)
+            self._defaults[scenario] = run.id
+            return run
+        return self._runs[run_id]
+
+    def get(self, run_id: str) -> Run | None:
+        return self._runs.get(run_id)
+
+    def end(self, run_id: str) -> Run | None:
+        """Remove a run; a default run is replaced by a fresh one on next use."""
+        return self._runs.pop(run_id, None)
+
+    def __len__(self) -> int:
+        return len(self._runs)

@@ -1,0 +1,98 @@
+"""Running the server: in-process (tests, benchmarks) or as `mockllm serve` until interrupted."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from aiohttp import web
+
+from mockllm.errors import MockllmError
+from mockllm.replay import Headerless
+from mockllm.scenario import Suite, load_suite
+from mockllm.server import create_app
+
+# Held streams (hangs) are cancelled on shutdown; nothing else needs long to finish.
+SHUTDOWN_TIMEOUT = 1.0
+
+
+class RunningServer:
+    """A started server; `base_url` is `http://host:port` (no trailing slash)."""
+
+    def __init__(self, runner: web.AppRunner, host: str, port: int) -> None:
+        self.runner = runner
+        self.host = host
+        self.port = port
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def close(self) -> None:
+        await self.runner.cleanup()
+
+
+async def start_server(suite: Suite, *, host: str = "127.0.0.1", port: int = 0,
+                       session_headers: Sequence[str] = (), headerless: Headerless = "conversation",
+                       cwd: str | None = None) -> RunningServer:
+    """Start serving `suite` on the running loop; port 0 picks a free port."""
+    app = create_app(suite, session_headers=session_headers, headerless=headerless, cwd=cwd)
+    # handler_cancellation: a client that leaves cancels its handler, which is what frees a hang.
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    sockets = runner.addresses
+    bound_port = sockets[0][1] if sockets else port
+    return RunningServer(runner, host, bound_port)
+
+
+def serve_forever(path: Path, *, host: str, port: int, session_headers: Sequence[str],
+                  headerless: Headerless, cwd: str | None) -> int:
+    """`mockllm serve`: load, print what is served, serve until SIGINT/SIGTERM."""
+    try:
+        suite = load_suite(path)
+    except MockllmError as exc:
+        print(f"mockllm: {exc}", file=sys.stderr)
+        return 2
+    for name, error in suite.broken.items():
+        print(f"mockllm: scenario {name} is broken and will not be served:\n{error}", file=sys.stderr)
+    for name in suite.skipped:
+        print(f"mockllm: skipped {path / name}: not a scenario", file=sys.stderr)
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    try:
+        asyncio.run(_serve(suite, host, port, session_headers, headerless, cwd))
+    except OSError as exc:
+        print(f"mockllm: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _serve(suite: Suite, host: str, port: int, session_headers: Sequence[str],
+                 headerless: Headerless, cwd: str | None) -> None:
+    server = await start_server(suite, host=host, port=port, session_headers=session_headers,
+                                headerless=headerless, cwd=cwd)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    names = sorted(suite.scenarios)
+    print(f"mockllm serving {len(names)} scenario(s) from {suite.path} on {server.base_url}", flush=True)
+    if len(names) == 1:
+        print(f"  {server.base_url}/v1", flush=True)
+    for name in names:
+        print(f"  {server.base_url}/scenarios/{name}/v1", flush=True)
+    print(f"  runs: POST {server.base_url}/_mockllm/runs {{\"scenario\": NAME}}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await server.close()
+        print("mockllm stopped", flush=True)

@@ -1,0 +1,263 @@
+"""The HTTP face: `create_app()` builds the aiohttp application; handlers stay thin.
+
+Addresses (DESIGN.md §3): `/scenarios/{name}/v1/…` (the scenario's default run), `/runs/{run}/v1/…`
+(a run made with `POST /_mockllm/runs`), `/v1/…` when exactly one scenario is loaded, and the
+admin endpoints under `/_mockllm/`. Every mock-made error is an OpenAI error body with
+`x-should-retry: false`, so SDKs fail at once instead of retrying into a deterministic error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from mockllm.catalog import Catalog
+from mockllm.replay import Headerless, ReplayFailure, Run, Runs
+from mockllm.scenario import Suite
+from mockllm.templates import TemplateError
+from mockllm.wire.openai import Reply, error_body
+
+log = logging.getLogger("mockllm")
+
+SESSION_HEADERS = ("x-mockllm-session", "x-deepseek-harness-session-id")
+MAX_BODY = 64 * 1024 * 1024  # agent histories get long; far past that is a client bug
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream; charset=utf-8",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",
+}
+NO_RETRY = {"x-should-retry": "false"}
+
+
+class _ChatRequest(msgspec.Struct):
+    messages: list[Any]
+    model: str | None = None
+    stream: bool | None = False
+    stream_options: dict[str, Any] | None = None
+
+
+_chat_decoder = msgspec.json.Decoder(_ChatRequest)
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    session_headers: tuple[str, ...] = SESSION_HEADERS
+    headerless: Headerless = "conversation"
+    cwd: str | None = None
+
+
+def mock_error(status: int, code: str, message: str) -> web.Response:
+    """An error made by the mock itself (not a replayed one): never retried."""
+    return web.Response(status=status, body=error_body(message, code, status),
+                        content_type="application/json", headers=NO_RETRY)
+
+
+class MockServer:
+    def __init__(self, suite: Suite, options: Options) -> None:
+        self.suite = suite
+        self.options = options
+        self.catalogs = {name: Catalog(scenario) for name, scenario in suite.scenarios.items()}
+        self.runs = Runs(suite.scenarios, headerless=options.headerless, cwd=options.cwd)
+        self.session_headers = tuple(h.lower() for h in options.session_headers)
+
+    # -- resolving the run a request is for -------------------------------------------------
+
+    def _scenario_error(self, name: str) -> web.Response | None:
+        if name in self.suite.broken:
+            return mock_error(422, "scenario_invalid", f"scenario {name} failed to load: {self.suite.broken[name]}")
+        if name not in self.suite.scenarios:
+            known = ", ".join(sorted(self.suite.scenarios)) or "none"
+            return mock_error(404, "unknown_run", f"unknown scenario {name!r}; loaded scenarios: {known}")
+        return None
+
+    def _run_for(self, request: web.Request) -> Run | web.Response:
+        info = request.match_info
+        if "run" in info:
+            run = self.runs.get(info["run"])
+            if run is None:
+                return mock_error(404, "unknown_run", f"unknown run {info['run']!r}: it was never created, or was "
+                                  "ended with DELETE; create one with POST /_mockllm/runs")
+            return run
+        if "name" in info:
+            name = info["name"]
+        elif len(self.suite.scenarios) == 1 and not self.suite.broken:
+            name = next(iter(self.suite.scenarios))
+        else:
+            return mock_error(404, "unknown_run", "/v1 is served only when exactly one scenario is loaded; use "
+                              f"/scenarios/NAME/v1 with NAME one of: {', '.join(sorted(self.suite.scenarios))}")
+        return self._scenario_error(name) or self.runs.default(name)
+
+    # -- the model API ------------------------------------------------------------------------
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        run = self._run_for(request)
+        if isinstance(run, web.Response):
+            return run
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return mock_error(413, "request_too_large", f"request body over {MAX_BODY} bytes")
+        try:
+            chat = _chat_decoder.decode(body)
+        except msgspec.DecodeError as exc:
+            return mock_error(400, "invalid_request", f"run {run.id}: request body is not a chat completions "
+                              f"request ({exc}); expected JSON with a non-empty \"messages\" array")
+        if not chat.messages:
+            return mock_error(400, "invalid_request", f"run {run.id}: \"messages\" is empty")
+
+        header_id = next((request.headers[h] for h in self.session_headers if h in request.headers), None)
+        live_id = run.live_session(header_id, chat.messages)
+        record: dict[str, Any] = {"session": live_id, "stream": bool(chat.stream),
+                                  "headers": {k.lower(): v for k, v in request.headers.items()
+                                              if k.lower().startswith("x-")}}
+        run.journal.append(record)
+        try:
+            turn = run.take(live_id)
+        except ReplayFailure as failure:
+            record.update(status=failure.status, error=failure.code)
+            return mock_error(failure.status, failure.code, failure.message)
+        entry = turn.session.entries[turn.call]
+        record.update(script=turn.session.file, call=turn.call, kind=type(entry).__name__)
+        try:
+            reply = self.catalogs[run.scenario.name].reply(turn.script, turn.call, chat.messages, run.cwd)
+        except TemplateError as exc:
+            failure = run.fail(ReplayFailure(
+                422, "from_request_unmatched",
+                f"run {run.id}: session {turn.session.file} call {turn.call + 1}: {exc}", live_id, turn.call))
+            record.update(status=422, error=failure.code)
+            return mock_error(422, failure.code, failure.message)
+        record["status"] = reply.status
+        if reply.status != 200:
+            # A replayed provider error: exactly as the provider sent it, so an SDK may retry as it did.
+            return web.Response(status=reply.status, body=reply.body, content_type="application/json")
+        if not chat.stream:
+            if reply.hold_when_not_streaming:
+                await self._hold(run)
+            return web.Response(body=reply.body, content_type="application/json")
+        include_usage = bool((chat.stream_options or {}).get("include_usage"))
+        return await self._stream(request, run, reply, include_usage)
+
+    async def _stream(self, request: web.Request, run: Run, reply: Reply, include_usage: bool) -> web.StreamResponse:
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        await response.prepare(request)
+        # No pacing asked for: the whole recorded stream goes out in one write.
+        await response.write(reply.stream_bytes(include_usage))
+        if reply.ending == "hold":
+            await self._hold(run)
+        await response.write_eof()
+        return response
+
+    async def _hold(self, run: Run) -> None:
+        """Stall until the client goes away (the handler is then cancelled)."""
+        run.holding += 1
+        try:
+            await asyncio.get_running_loop().create_future()
+        finally:
+            run.holding -= 1
+
+    async def models(self, request: web.Request) -> web.Response:
+        run = self._run_for(request)
+        if isinstance(run, web.Response):
+            return run
+        model = self.catalogs[run.scenario.name].model
+        return web.json_response({"object": "list", "data": [
+            {"id": model, "object": "model", "created": 0, "owned_by": "mockllm"}]})
+
+    # -- admin --------------------------------------------------------------------------------
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "scenarios": len(self.suite.scenarios),
+                                  "broken": len(self.suite.broken), "runs": len(self.runs)})
+
+    async def scenarios(self, request: web.Request) -> web.Response:
+        out: list[dict[str, Any]] = []
+        for name, scenario in self.suite.scenarios.items():
+            out.append({"name": name, "valid": True, "base_url": _base(request, f"/scenarios/{name}/v1"),
+                        "sessions": [{"id": s.id, "file": s.file, "parent": s.parent, "kind": s.kind, "cut": s.cut,
+                                      "events": s.events, "entries": len(s.entries)} for s in scenario.sessions]})
+        for name, error in self.suite.broken.items():
+            out.append({"name": name, "valid": False, "errors": [str(p) for p in error.problems]})
+        return web.json_response({"scenarios": out, "skipped": self.suite.skipped})
+
+    async def create_run(self, request: web.Request) -> web.Response:
+        try:
+            body = msgspec.json.decode(await request.read())
+        except (msgspec.DecodeError, web.HTTPRequestEntityTooLarge):
+            body = None
+        if not isinstance(body, dict) or not isinstance(body.get("scenario"), str):
+            return mock_error(400, "invalid_request", 'expected {"scenario": "NAME"} (and optionally "cwd")')
+        cwd = body.get("cwd")
+        if cwd is not None and not isinstance(cwd, str):
+            return mock_error(400, "invalid_request", '"cwd" must be a string')
+        name = body["scenario"]
+        problem = self._scenario_error(name)
+        if problem is not None:
+            return problem
+        run = self.runs.create(name, cwd if cwd is not None else self.options.cwd)
+        return web.json_response({"run": run.id, "base_url": _base(request, f"/runs/{run.id}/v1")}, status=201)
+
+    async def get_run(self, request: web.Request) -> web.Response:
+        run = self.runs.get(request.match_info["run"])
+        if run is None:
+            return mock_error(404, "unknown_run", f"unknown run {request.match_info['run']!r}")
+        return web.json_response(run.state())
+
+    async def end_run(self, request: web.Request) -> web.Response:
+        run = self.runs.end(request.match_info["run"])
+        if run is None:
+            return mock_error(404, "unknown_run", f"unknown run {request.match_info['run']!r}")
+        return web.json_response(run.report())
+
+
+def _base(request: web.Request, path: str) -> str:
+    return f"{request.scheme}://{request.host}{path}"
+
+
+@web.middleware
+async def _errors_as_json(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Unknown paths, wrong methods and unexpected bugs answer in the OpenAI error shape; never crash."""
+    try:
+        return await handler(request)
+    except web.HTTPMethodNotAllowed as exc:
+        allowed = ", ".join(sorted(exc.allowed_methods))
+        message = f"{request.method} {request.path} is not allowed; allowed: {allowed}"
+        return mock_error(405, "method_not_allowed", message)
+    except web.HTTPNotFound:
+        return mock_error(404, "unknown_path", f"no endpoint at {request.path}: the model API is under "
+                          "/scenarios/NAME/v1, /runs/RUN/v1 or (one scenario loaded) /v1")
+    except web.HTTPException:
+        raise
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception as exc:  # a bug must not take the server down or leak into other runs
+        log.exception("internal error on %s %s", request.method, request.path)
+        return mock_error(500, "mockllm_internal_error", f"mockllm failed on this request: {exc!r}")
+
+
+SERVER_KEY: web.AppKey[MockServer] = web.AppKey("mockllm", MockServer)
+
+
+def create_app(suite: Suite, *, session_headers: Sequence[str] = (), headerless: Headerless = "conversation",
+               cwd: str | None = None) -> web.Application:
+    """The mock server for a loaded suite; `session_headers` adds header names to the built-in ones."""
+    options = Options(SESSION_HEADERS + tuple(session_headers), headerless, cwd)
+    server = MockServer(suite, options)
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[_errors_as_json])
+    app[SERVER_KEY] = server
+    for base in ("/scenarios/{name}/v1", "/runs/{run}/v1", "/v1"):
+        app.router.add_post(base + "/chat/completions", server.chat_completions)
+        app.router.add_get(base + "/models", server.models)
+    app.router.add_get("/_mockllm/health", server.health)
+    app.router.add_get("/_mockllm/scenarios", server.scenarios)
+    app.router.add_post("/_mockllm/runs", server.create_run)
+    app.router.add_get("/_mockllm/runs/{run}", server.get_run)
+    app.router.add_delete("/_mockllm/runs/{run}", server.end_run)
+    return app

@@ -1,0 +1,1 @@
+"""Wire dialects: StreamChunks -> bytes a provider's SDK parses (pure: no aiohttp)."""

@@ -1,0 +1,270 @@
+"""OpenAI chat completions (the DeepSeek flavour dsh records from): entries -> SSE bytes.
+
+One recorded delta is one SSE event, so a client rebuilds exactly the recorded fragments. The
+first delta carries `role: "assistant"`; a tool call's identity (id, type, name) rides only on its
+first fragment. Everything here is pure and runs once per entry at load time wherever the bytes
+do not depend on the request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import msgspec
+
+from mockllm.chunks import (
+    Block,
+    BlockEnd,
+    BlockStart,
+    FinishChunk,
+    ReasoningDelta,
+    StreamChunk,
+    TextDelta,
+    TokenUsage,
+    ToolCallDelta,
+    UsageChunk,
+)
+from mockllm.entries import ChunksEntry, Entry, HangEntry, ThrowEntry
+
+DONE = b"data: [DONE]\n\n"
+HANG_TEXT = "partial"  # what dsh's own replay streams before a hang stalls
+
+Ending = Literal["done", "error", "cut", "hold"]
+
+_encode = msgspec.json.encode
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """The fields every chunk of one completion repeats."""
+
+    completion_id: str
+    created: int
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """How one entry is answered, for a streaming and a non-streaming request.
+
+    `status` != 200 means the call fails before any byte is streamed (`body` is the error).
+    Otherwise the stream is `frames`, then `usage_frame` when the client asked for usage, then the
+    ending: `[DONE]`, an error event (`error_frame`), a bare cut, or holding until the client leaves.
+    """
+
+    status: int
+    frames: tuple[bytes, ...]
+    usage_frame: bytes | None
+    ending: Ending
+    error_frame: bytes | None
+    body: bytes  # non-stream: the chat.completion, or the error body when status != 200
+    hold_when_not_streaming: bool = False
+
+    def stream_bytes(self, include_usage: bool) -> bytes:
+        """The whole stream up to its ending, for writing in one go (no pacing)."""
+        parts = list(self.frames)
+        if include_usage and self.usage_frame is not None:
+            parts.append(self.usage_frame)
+        if self.ending == "done":
+            parts.append(DONE)
+        elif self.ending == "error" and self.error_frame is not None:
+            parts.append(self.error_frame)
+        return b"".join(parts)
+
+
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                404: "not_found_error", 409: "conflict_error", 410: "invalid_request_error",
+                413: "invalid_request_error", 422: "invalid_request_error", 429: "rate_limit_error"}
+
+_THROW_STATUS = {"AUTH": 401, "RATE_LIMIT": 429, "INVALID_REQUEST": 400, "SERVER": 500}
+
+
+def error_type(status: int) -> str:
+    return _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+
+
+def error_body(message: str, code: str | None, status: int) -> bytes:
+    """The OpenAI error body `{"error":{"message","type","param","code"}}`."""
+    return _encode({"error": {"message": message, "type": error_type(status), "param": None, "code": code}})
+
+
+def throw_status(code: str, status: int | None) -> int:
+    """HTTP status of a scripted failure: its own, else from its code (AUTH 401, HTTP_<n> n, ...)."""
+    if status is not None:
+        return status
+    if code in _THROW_STATUS:
+        return _THROW_STATUS[code]
+    if code.startswith("HTTP_") and code[5:].isdigit() and 100 <= int(code[5:]) <= 599:
+        return int(code[5:])
+    return 500
+
+
+def usage_object(usage: TokenUsage) -> dict[str, Any]:
+    """dsh's disjoint counts -> OpenAI's: prompt tokens include cache reads."""
+    cached = usage.cacheReadTokens or 0
+    prompt = usage.inputTokens + cached
+    out: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": usage.outputTokens,
+                           "total_tokens": prompt + usage.outputTokens}
+    if usage.cacheReadTokens is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": usage.cacheReadTokens}
+    if usage.reasoningTokens is not None:
+        out["completion_tokens_details"] = {"reasoning_tokens": usage.reasoningTokens}
+    return out
+
+
+def render_entry(entry: Entry, envelope: Envelope) -> Reply:
+    """Answer for one script entry (templates must already be resolved)."""
+    if isinstance(entry, HangEntry):
+        hang = [BlockStart(0, "text"), TextDelta(0, HANG_TEXT)]
+        stream = _Stream(envelope, hang)
+        return Reply(200, tuple(stream.frames), None, "hold", None, b"", hold_when_not_streaming=True)
+    if isinstance(entry, ThrowEntry):
+        return _render_throw(entry, envelope)
+    return _render_chunks(entry, envelope)
+
+
+def _render_chunks(entry: ChunksEntry, envelope: Envelope) -> Reply:
+    stream = _Stream(envelope, entry.chunks)
+    finish = stream.finish
+    if finish is not None and finish.reason.kind == "error" and finish.reason.error_code == "CONTEXT_WINDOW_EXCEEDED":
+        message = finish.reason.error_message or "context window exceeded"
+        return Reply(400, (), None, "done", None, error_body(message, "context_length_exceeded", 400))
+    hold = finish is not None and finish.reason.kind == "aborted"
+    return Reply(
+        200, tuple(stream.frames), stream.usage_frame(), "hold" if hold else "done", None,
+        _encode(stream.completion()), hold_when_not_streaming=hold,
+    )
+
+
+def _render_throw(entry: ThrowEntry, envelope: Envelope) -> Reply:
+    status = throw_status(entry.code, entry.status)
+    body = error_body(entry.message, entry.code, status)
+    if not entry.chunks:
+        return Reply(status, (), None, "error", None, body)
+    stream = _Stream(envelope, entry.chunks)
+    if entry.code == "STREAM_CLOSED":
+        return Reply(200, tuple(stream.frames), None, "cut", None, body)
+    error_frame = b"data: " + body + b"\n\n"
+    return Reply(200, tuple(stream.frames), None, "error", error_frame, body)
+
+
+def finish_reason(finish: FinishChunk) -> str:
+    reason = finish.reason
+    if reason.kind == "stop":
+        return "stop"
+    if reason.kind == "tool-calls":
+        return "tool_calls"
+    if reason.kind == "max-tokens":
+        return "length"
+    if reason.kind == "error":
+        code = reason.error_code or "error"
+        # An empty response was recorded as an error by the adapter; on the wire it was a bare stop.
+        return "stop" if code == "EMPTY_RESPONSE" else code.lower()
+    return reason.kind.replace("-", "_")
+
+
+class _Stream:
+    """Walks one call's chunks once, producing its SSE frames and its assembled completion."""
+
+    def __init__(self, envelope: Envelope, chunks: list[StreamChunk]) -> None:
+        self._prefix = (
+            b'data: {"id":' + _encode(envelope.completion_id) + b',"object":"chat.completion.chunk","created":'
+            + _encode(envelope.created) + b',"model":' + _encode(envelope.model) + b","
+        )
+        self._envelope = envelope
+        self.frames: list[bytes] = []
+        self.finish: FinishChunk | None = None
+        self.usage: TokenUsage | None = None
+        self._role_sent = False
+        self._content: list[str] = []
+        self._reasoning: list[str] = []
+        self._tool_calls: dict[int, dict[str, Any]] = {}  # block index -> assembled call, in call order
+        self._walk(chunks)
+
+    def _walk(self, chunks: list[StreamChunk]) -> None:
+        ended: dict[int, Block] = {c.index: c.block for c in chunks if isinstance(c, BlockEnd)}
+        with_deltas = {c.index for c in chunks if isinstance(c, TextDelta | ReasoningDelta | ToolCallDelta)}
+        for chunk in chunks:
+            if isinstance(chunk, TextDelta):
+                self._text(chunk.text)
+            elif isinstance(chunk, ReasoningDelta):
+                self._reasoning_text(chunk.text)
+            elif isinstance(chunk, ToolCallDelta):
+                name = chunk.name if chunk.name is not None else getattr(ended.get(chunk.index), "name", None)
+                self._tool_fragment(chunk.index, chunk.id, name, chunk.argumentsDelta)
+            elif isinstance(chunk, BlockStart) and chunk.index not in with_deltas and chunk.index in ended:
+                # A block recorded with no deltas still reaches the client, as one delta of its content.
+                self._whole_block(chunk.index, ended[chunk.index])
+            elif isinstance(chunk, UsageChunk):
+                self.usage = chunk.usage
+            elif isinstance(chunk, FinishChunk):
+                self.finish = chunk
+                self._emit({}, finish_reason(chunk))
+
+    def _whole_block(self, index: int, block: Block) -> None:
+        if block.type == "text":
+            self._text(block.text or "")
+        elif block.type == "reasoning":
+            self._reasoning_text(block.text or "")
+        elif block.type == "tool-call":
+            arguments = block.arguments if isinstance(block.arguments, str) else _encode(block.arguments).decode()
+            self._tool_fragment(index, block.id, block.name, arguments)
+
+    def _text(self, text: str) -> None:
+        self._content.append(text)
+        self._emit({"content": text})
+
+    def _reasoning_text(self, text: str) -> None:
+        self._reasoning.append(text)
+        self._emit({"reasoning_content": text})
+
+    def _tool_fragment(self, index: int, call_id: str | None, name: str | None, arguments: str) -> None:
+        call = self._tool_calls.get(index)
+        if call is None:
+            ordinal = len(self._tool_calls)
+            call = self._tool_calls[index] = {"id": call_id or f"call_{ordinal}", "name": name or "", "args": [],
+                                              "ordinal": ordinal}
+            wire = {"index": ordinal, "id": call["id"], "type": "function",
+                    "function": {"name": call["name"], "arguments": arguments}}
+            delta: dict[str, Any] = {"tool_calls": [wire]}
+            if not self._role_sent:
+                delta["content"] = None
+        else:
+            delta = {"tool_calls": [{"index": call["ordinal"], "function": {"arguments": arguments}}]}
+        call["args"].append(arguments)
+        self._emit(delta)
+
+    def _emit(self, delta: dict[str, Any], finish: str | None = None) -> None:
+        if not self._role_sent:
+            delta = {"role": "assistant", **delta}
+            self._role_sent = True
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        self.frames.append(self._prefix + b'"choices":[' + _encode(choice) + b"]}\n\n")
+
+    def usage_frame(self) -> bytes | None:
+        if self.usage is None:
+            return None
+        return self._prefix + b'"choices":[],"usage":' + _encode(usage_object(self.usage)) + b"}\n\n"
+
+    def completion(self) -> dict[str, Any]:
+        """The non-streaming `chat.completion` for the same call."""
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self._content) if self._content else None}
+        if self._reasoning:
+            message["reasoning_content"] = "".join(self._reasoning)
+        if self._tool_calls:
+            message["tool_calls"] = [
+                {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": "".join(c["args"])}}
+                for c in self._tool_calls.values()
+            ]
+        elif message["content"] is None:
+            message["content"] = ""
+        out: dict[str, Any] = {
+            "id": self._envelope.completion_id, "object": "chat.completion", "created": self._envelope.created,
+            "model": self._envelope.model,
+            "choices": [{"index": 0, "message": message, "logprobs": None,
+                         "finish_reason": finish_reason(self.finish) if self.finish else None}],
+        }
+        if self.usage is not None:
+            out["usage"] = usage_object(self.usage)
+        return out

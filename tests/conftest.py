@@ -1,0 +1,46 @@
+"""Shared fixtures: corpus location and an in-process mockllm server on a free loopback port."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from mockllm.scenario import load_suite
+from mockllm.serve import RunningServer, start_server
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDINGS = ROOT / "recordings"
+CORPUS = ROOT.parent / "shared" / "corpus"
+
+StartServer = Callable[..., Awaitable[RunningServer]]
+
+
+def corpus_or_skip() -> Path:
+    if not CORPUS.is_dir():
+        pytest.skip(f"the shared corpus is not beside the project ({CORPUS} is absent)")
+    return CORPUS
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[StartServer]:
+    """`await serve(path, **options)` starts a server on 127.0.0.1; all are stopped after the test."""
+    started: list[RunningServer] = []
+
+    async def start(path: Path, **options: object) -> RunningServer:
+        server = await start_server(load_suite(path), host="127.0.0.1", port=0, **options)  # type: ignore[arg-type]
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        await server.close()
+
+
+async def http(method: str, url: str, json: object = None) -> tuple[int, object]:
+    """One admin call with a plain HTTP client: (status, decoded JSON body)."""
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session, session.request(method, url, json=json) as response:
+        return response.status, await response.json(content_type=None)
