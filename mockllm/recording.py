@@ -9,6 +9,8 @@ break on it.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -95,26 +97,19 @@ def read_log(path: Path) -> SessionLog:
 
 
 def parse_log(buf: bytes, path: Path) -> SessionLog:
-    lines = buf.splitlines()
-    if not lines or not lines[0].strip():
+    header_end = buf.find(b"\n")
+    header_line = buf if header_end < 0 else buf[:header_end]
+    if not header_line.strip():
         raise RecordingError(path, 1, 'empty log: expected a session header {"type":"session","version":0,…}')
     try:
-        header = parse_header(lines[0])
+        header = parse_header(header_line)
     except HeaderError as exc:
         raise RecordingError(path, 1, str(exc)) from None
+    rows, line_numbers = _decode_rows(buf, header_end, path)
 
     events: list[Event] = []
     layout: Layout | None = None
-    body_lines = 0
-    for lineno, line in enumerate(lines[1:], start=2):
-        if not line.strip():
-            continue  # a trailing or stray blank line carries nothing
-        body_lines += 1
-        try:
-            row = _row_decoder.decode(line)
-        except msgspec.DecodeError as exc:
-            expected = 'an event {"type","seq","time","data"}'
-            raise RecordingError(path, lineno, _describe(exc, expected)) from None
+    for lineno, row in zip(line_numbers, rows, strict=True):
         row_layout: Layout = "full" if (row.seq is not None or row.seq0 is not None) else "projected"
         if layout is None:
             layout = row_layout
@@ -135,7 +130,8 @@ def parse_log(buf: bytes, path: Path) -> SessionLog:
                 raise RecordingError(path, lineno, _describe(exc, "assistant/chunk data {turn, step, chunk}")) from None
         else:
             data = row.data
-        events.append(Event(row.type, seq, row.time, lineno, data))
+        # One shared str per event type: a million events must not hold a million copies of "turn/start".
+        events.append(Event(sys.intern(row.type), seq, row.time, lineno, data))
 
     if header.cut > len(events):
         raise RecordingError(
@@ -143,7 +139,37 @@ def parse_log(buf: bytes, path: Path) -> SessionLog:
             f"seedLength {header.cut} is past the end of the log ({len(events)} logical events); "
             "seedLength counts logical events, packed rows expanded",
         )
-    return SessionLog(path, header, events, layout or "full", body_lines)
+    return SessionLog(path, header, events, layout or "full", len(rows))
+
+
+def _decode_rows(buf: bytes, header_end: int, path: Path) -> tuple[list[_Row], Sequence[int]]:
+    """Decode every body line, with the 1-based line number of each.
+
+    The fast path decodes the whole body in one call, its raw `data` pointing into `buf` (no
+    per-line copies: loading stays near the file's size in memory). Blank lines would shift the
+    line numbers and a malformed line needs its own, so those files take the line-by-line path.
+    """
+    if header_end < 0:
+        return [], []
+    body = memoryview(buf)[header_end + 1 :]
+    if b"\n\n" not in buf and b"\r" not in buf:
+        try:
+            rows = _row_decoder.decode_lines(body)
+            return rows, range(2, 2 + len(rows))
+        except msgspec.DecodeError:
+            pass  # the slow path below names the line
+    rows = []
+    numbers: list[int] = []
+    for lineno, line in enumerate(bytes(body).splitlines(), start=2):
+        if not line.strip():
+            continue  # a trailing or stray blank line carries nothing
+        try:
+            rows.append(_row_decoder.decode(line))
+        except msgspec.DecodeError as exc:
+            expected = 'an event {"type","seq","time","data"}'
+            raise RecordingError(path, lineno, _describe(exc, expected)) from None
+        numbers.append(lineno)
+    return rows, numbers
 
 
 def _expand_packed(row: _Row, lineno: int, path: Path, events: list[Event]) -> None:
