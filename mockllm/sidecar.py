@@ -35,13 +35,15 @@ class Sidecar:
             return list(self.replacement)
         script = list(derived)
         for at in sorted(self.patches):
-            if at > len(script):
+            # Bounds are the derived length, not the growing script: only `at == len(derived)`
+            # appends, so patches at N and N+1 must not both append.
+            if at > len(derived):
                 raise RecordingError(
                     self.path, self.lines[at],
                     f"patch at {at} is past the end: the derived script has {len(derived)} calls "
                     f"(at 0..{len(derived) - 1} swaps a call, at {len(derived)} appends one)",
                 )
-            if at == len(script):
+            if at == len(derived):
                 script.append(self.patches[at])
             else:
                 script[at] = self.patches[at]
