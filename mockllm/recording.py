@@ -153,11 +153,15 @@ def _decode_rows(buf: bytes, header_end: int, path: Path) -> tuple[list[_Row], S
         return [], []
     body = memoryview(buf)[header_end + 1 :]
     if b"\n\n" not in buf and b"\r" not in buf:
+        decoded: list[_Row] | None
         try:
-            rows = _row_decoder.decode_lines(body)
-            return rows, range(2, 2 + len(rows))
+            decoded = _row_decoder.decode_lines(body)
         except msgspec.DecodeError:
-            pass  # the slow path below names the line
+            decoded = None  # the slow path below names the line
+        # decode_lines also skips whitespace-only lines (`"  \n"`, which the check above misses):
+        # numbering is only right when every physical line gave one row.
+        if decoded is not None and len(decoded) == _count_lines(buf, header_end + 1):
+            return decoded, range(2, 2 + len(decoded))
     rows = []
     numbers: list[int] = []
     for lineno, line in enumerate(bytes(body).splitlines(), start=2):
@@ -170,6 +174,12 @@ def _decode_rows(buf: bytes, header_end: int, path: Path) -> tuple[list[_Row], S
             raise RecordingError(path, lineno, _describe(exc, expected)) from None
         numbers.append(lineno)
     return rows, numbers
+
+
+def _count_lines(buf: bytes, start: int) -> int:
+    """Physical lines in `buf[start:]`; a last line without its newline still counts."""
+    unterminated = len(buf) > start and not buf.endswith(b"\n")
+    return buf.count(b"\n", start) + unterminated
 
 
 def _expand_packed(row: _Row, lineno: int, path: Path, events: list[Event]) -> None:
