@@ -52,10 +52,10 @@ class Options:
     cwd: str | None = None
 
 
-def mock_error(status: int, code: str, message: str) -> web.Response:
+def mock_error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> web.Response:
     """An error made by the mock itself (not a replayed one): never retried."""
     return web.Response(status=status, body=error_body(message, code, status),
-                        content_type="application/json", headers=NO_RETRY)
+                        content_type="application/json", headers={**NO_RETRY, **(headers or {})})
 
 
 class MockServer:
@@ -65,6 +65,7 @@ class MockServer:
         self.catalogs = {name: Catalog(scenario) for name, scenario in suite.scenarios.items()}
         self.runs = Runs(suite.scenarios, headerless=options.headerless, cwd=options.cwd)
         self.session_headers = tuple(h.lower() for h in options.session_headers)
+        self._held: set[asyncio.Future[None]] = set()  # streams held by a hang, released on shutdown
 
     # -- resolving the run a request is for -------------------------------------------------
 
@@ -138,8 +139,10 @@ class MockServer:
             return web.Response(status=reply.status, body=reply.body, content_type="application/json")
         if not chat.stream:
             if reply.hold_when_not_streaming:
-                await self._hold(run)
-            return web.Response(body=reply.body, content_type="application/json")
+                await self._hold(run)  # returns only when the server shuts down
+                return mock_error(503, "shutting_down", f"run {run.id}: mockllm is shutting down; "
+                                  "the held call was released")
+            return web.Response(status=reply.body_status, body=reply.body, content_type="application/json")
         include_usage = bool((chat.stream_options or {}).get("include_usage"))
         return await self._stream(request, run, reply, include_usage)
 
@@ -154,12 +157,21 @@ class MockServer:
         return response
 
     async def _hold(self, run: Run) -> None:
-        """Stall until the client goes away (the handler is then cancelled)."""
+        """Stall until the client goes away (the handler is then cancelled) or the server shuts down."""
         run.holding += 1
+        held = asyncio.get_running_loop().create_future()
+        self._held.add(held)
         try:
-            await asyncio.get_running_loop().create_future()
+            await held
         finally:
+            self._held.discard(held)
             run.holding -= 1
+
+    async def release_held(self, app: web.Application) -> None:
+        """On shutdown: end held streams now, instead of stalling shutdown for its whole grace period."""
+        for held in self._held:
+            if not held.done():
+                held.set_result(None)
 
     async def models(self, request: web.Request) -> web.Response:
         run = self._run_for(request)
@@ -188,7 +200,9 @@ class MockServer:
     async def create_run(self, request: web.Request) -> web.Response:
         try:
             body = msgspec.json.decode(await request.read())
-        except (msgspec.DecodeError, web.HTTPRequestEntityTooLarge):
+        except web.HTTPRequestEntityTooLarge:
+            return mock_error(413, "request_too_large", f"request body over {MAX_BODY} bytes")
+        except msgspec.DecodeError:
             body = None
         if not isinstance(body, dict) or not isinstance(body.get("scenario"), str):
             return mock_error(400, "invalid_request", 'expected {"scenario": "NAME"} (and optionally "cwd")')
@@ -229,7 +243,7 @@ async def _errors_as_json(
     except web.HTTPMethodNotAllowed as exc:
         allowed = ", ".join(sorted(exc.allowed_methods))
         message = f"{request.method} {request.path} is not allowed; allowed: {allowed}"
-        return mock_error(405, "method_not_allowed", message)
+        return mock_error(405, "method_not_allowed", message, {"Allow": ",".join(sorted(exc.allowed_methods))})
     except web.HTTPNotFound:
         return mock_error(404, "unknown_path", f"no endpoint at {request.path}: the model API is under "
                           "/scenarios/NAME/v1, /runs/RUN/v1 or (one scenario loaded) /v1")
@@ -252,6 +266,7 @@ def create_app(suite: Suite, *, session_headers: Sequence[str] = (), headerless:
     server = MockServer(suite, options)
     app = web.Application(client_max_size=MAX_BODY, middlewares=[_errors_as_json])
     app[SERVER_KEY] = server
+    app.on_shutdown.append(server.release_held)
     for base in ("/scenarios/{name}/v1", "/runs/{run}/v1", "/v1"):
         app.router.add_post(base + "/chat/completions", server.chat_completions)
         app.router.add_get(base + "/models", server.models)

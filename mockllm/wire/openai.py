@@ -60,6 +60,9 @@ class Reply:
     error_frame: bytes | None
     body: bytes  # non-stream: the chat.completion, or the error body when status != 200
     hold_when_not_streaming: bool = False
+    # Non-stream status: a `throw` fails a non-streaming call as an HTTP error even when its chunks
+    # would have been streamed first (a chat.completion cannot carry a mid-stream error).
+    body_status: int = 200
 
     def stream_bytes(self, include_usage: bool) -> bytes:
         """The whole stream up to its ending, for writing in one go (no pacing)."""
@@ -129,7 +132,7 @@ def _render_chunks(entry: ChunksEntry, envelope: Envelope) -> Reply:
     finish = stream.finish
     if finish is not None and finish.reason.kind == "error" and finish.reason.error_code == "CONTEXT_WINDOW_EXCEEDED":
         message = finish.reason.error_message or "context window exceeded"
-        return Reply(400, (), None, "done", None, error_body(message, "context_length_exceeded", 400))
+        return Reply(400, (), None, "done", None, error_body(message, "context_length_exceeded", 400), body_status=400)
     hold = finish is not None and finish.reason.kind == "aborted"
     return Reply(
         200, tuple(stream.frames), stream.usage_frame(), "hold" if hold else "done", None,
@@ -141,12 +144,12 @@ def _render_throw(entry: ThrowEntry, envelope: Envelope) -> Reply:
     status = throw_status(entry.code, entry.status)
     body = error_body(entry.message, entry.code, status)
     if not entry.chunks:
-        return Reply(status, (), None, "error", None, body)
+        return Reply(status, (), None, "error", None, body, body_status=status)
     stream = _Stream(envelope, entry.chunks)
     if entry.code == "STREAM_CLOSED":
-        return Reply(200, tuple(stream.frames), None, "cut", None, body)
+        return Reply(200, tuple(stream.frames), None, "cut", None, body, body_status=status)
     error_frame = b"data: " + body + b"\n\n"
-    return Reply(200, tuple(stream.frames), None, "error", error_frame, body)
+    return Reply(200, tuple(stream.frames), None, "error", error_frame, body, body_status=status)
 
 
 def finish_reason(finish: FinishChunk) -> str:
