@@ -13,7 +13,6 @@ import msgspec
 
 from mockllm.entries import FROM_REQUEST, Entry
 from mockllm.scenario import Scenario
-from mockllm.script import recorded_model
 from mockllm.templates import CWD, resolve_entry
 from mockllm.wire.openai import Envelope, Reply, render_entry
 
@@ -32,9 +31,7 @@ class Catalog:
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
-        self.model = next(
-            (m for s in scenario.sessions if s.log is not None and (m := recorded_model(s.log))), DEFAULT_MODEL
-        )
+        self.model = next((s.model for s in scenario.sessions if s.model), DEFAULT_MODEL)
         self._rendered = [
             [self._render(i, j, entry) for j, entry in enumerate(session.entries)]
             for i, session in enumerate(scenario.sessions)

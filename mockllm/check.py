@@ -40,7 +40,7 @@ class Diagnostic:
 def run_check(path: Path) -> int:
     """Print every diagnostic and a summary; 1 on any error (or when PATH is not a scenario/suite)."""
     try:
-        suite = load_suite(path)
+        suite = load_suite(path, keep_logs=True)
     except NotAScenarioError as exc:
         print(f"mockllm check: error: {exc}", file=sys.stderr)
         return 1
@@ -64,9 +64,11 @@ def check_suite(suite: Suite) -> list[Diagnostic]:
 
 
 def check_scenario(scenario: Scenario) -> list[Diagnostic]:
-    """Tree-level warnings for one loaded scenario (loading already rejected the hard errors)."""
+    """Tree-level warnings for one scenario loaded with `keep_logs=True` (loading rejected the hard errors)."""
     diagnostics: list[Diagnostic] = []
-    recorded = [s for s in scenario.sessions if s.log is not None]
+    recorded = [s for s in scenario.sessions if s.header is not None]
+    if any(s.log is None for s in recorded):
+        raise ValueError(f"check needs the event logs: load {scenario.path} with keep_logs=True")
     by_id: dict[str, SessionScript] = {}
     for session in recorded:
         first = by_id.setdefault(session.id, session)

@@ -9,8 +9,9 @@ break on it.
 
 from __future__ import annotations
 
+import itertools
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -108,30 +109,31 @@ def parse_log(buf: bytes, path: Path) -> SessionLog:
     rows, line_numbers = _decode_rows(buf, header_end, path)
 
     events: list[Event] = []
+    append = events.append
     layout: Layout | None = None
     for lineno, row in zip(line_numbers, rows, strict=True):
         row_layout: Layout = "full" if (row.seq is not None or row.seq0 is not None) else "projected"
-        if layout is None:
+        if row_layout != layout:
+            if layout is not None:
+                raise RecordingError(
+                    path, lineno,
+                    f"mixed layout: this row is {row_layout} but earlier rows are {layout} "
+                    "(a file either has seq/time on every row or on none)",
+                )
             layout = row_layout
-        elif row_layout != layout:
-            raise RecordingError(
-                path, lineno,
-                f"mixed layout: this row is {row_layout} but earlier rows are {layout} "
-                "(a file either has seq/time on every row or on none)",
-            )
-        if row.type in PACKED_TYPES:
-            _expand_packed(row, lineno, path, events)
-            continue
+        kind = row.type
         seq = row.seq if row.seq is not None else len(events)
-        if row.type == CHUNK_EVENT:
+        if kind == CHUNK_EVENT:  # the common row first: this loop runs once per recorded event
             try:
-                data: CallChunk | msgspec.Raw = _chunk_decoder.decode(row.data)
+                data = _chunk_decoder.decode(row.data)
             except msgspec.DecodeError as exc:
                 raise RecordingError(path, lineno, _describe(exc, "assistant/chunk data {turn, step, chunk}")) from None
+            append(Event(CHUNK_EVENT, seq, row.time, lineno, data))
+        elif kind in PACKED_TYPES:
+            _expand_packed(row, lineno, path, events)
         else:
-            data = row.data
-        # One shared str per event type: a million events must not hold a million copies of "turn/start".
-        events.append(Event(sys.intern(row.type), seq, row.time, lineno, data))
+            # One shared str per event type: a million events must not hold a million copies of "turn/start".
+            append(Event(sys.intern(kind), seq, row.time, lineno, row.data))
 
     if header.cut > len(events):
         raise RecordingError(
@@ -152,16 +154,15 @@ def _decode_rows(buf: bytes, header_end: int, path: Path) -> tuple[list[_Row], S
     if header_end < 0:
         return [], []
     body = memoryview(buf)[header_end + 1 :]
-    if b"\n\n" not in buf and b"\r" not in buf:
-        decoded: list[_Row] | None
-        try:
-            decoded = _row_decoder.decode_lines(body)
-        except msgspec.DecodeError:
-            decoded = None  # the slow path below names the line
-        # decode_lines also skips whitespace-only lines (`"  \n"`, which the check above misses):
-        # numbering is only right when every physical line gave one row.
-        if decoded is not None and len(decoded) == _count_lines(buf, header_end + 1):
-            return decoded, range(2, 2 + len(decoded))
+    decoded: list[_Row] | None
+    try:
+        decoded = _row_decoder.decode_lines(body)
+    except msgspec.DecodeError:
+        decoded = None  # the slow path below names the line
+    # decode_lines skips blank and whitespace-only lines: numbering is only right when every
+    # physical line gave one row.
+    if decoded is not None and len(decoded) == _count_lines(buf, header_end + 1):
+        return decoded, range(2, 2 + len(decoded))
     rows = []
     numbers: list[int] = []
     for lineno, line in enumerate(bytes(body).splitlines(), start=2):
@@ -199,19 +200,23 @@ def _expand_packed(row: _Row, lineno: int, path: Path, events: list[Event]) -> N
             f"{row.type}: {len(pieces)} members need at least {len(pieces) - 1} dt values, got {len(packed.dt)}",
         )
     seq = row.seq0 if row.seq0 is not None else len(events)
-    time = row.time0
     turn, step, index = packed.turn, packed.step, packed.index
-    for k, piece in enumerate(pieces):
-        if k and time is not None:
-            time += packed.dt[k - 1]
-        chunk: StreamChunk
-        if isinstance(packed, _PackedToolCall):
-            chunk = ToolCallDelta(index, piece, packed.id, packed.name)
-        elif row.type == "text-chunks":
-            chunk = TextDelta(index, piece)
-        else:
-            chunk = ReasoningDelta(index, piece)
-        events.append(Event(CHUNK_EVENT, seq + k, time, lineno, CallChunk(turn, step, chunk)))
+    times: Iterable[int | float | None]
+    if row.time0 is None:
+        times = itertools.repeat(None)
+    else:
+        times = itertools.accumulate(packed.dt[: len(pieces) - 1], initial=row.time0)
+    chunks: Iterable[StreamChunk]
+    if isinstance(packed, _PackedToolCall):
+        call_id, name = packed.id, packed.name
+        chunks = (ToolCallDelta(index, piece, call_id, name) for piece in pieces)
+    else:
+        delta = TextDelta if row.type == "text-chunks" else ReasoningDelta
+        chunks = (delta(index, piece) for piece in pieces)
+    events.extend(
+        Event(CHUNK_EVENT, seq + k, time, lineno, CallChunk(turn, step, chunk))
+        for k, (time, chunk) in enumerate(zip(times, chunks, strict=False))
+    )
 
 
 def _describe(exc: msgspec.DecodeError, expected: str) -> str:

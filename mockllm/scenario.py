@@ -14,9 +14,9 @@ from pathlib import Path
 
 from mockllm.entries import Entry
 from mockllm.errors import MockllmError, NotAScenarioError, RecordingError
-from mockllm.header import SessionKind
+from mockllm.header import SessionHeader, SessionKind
 from mockllm.recording import SessionLog, read_log
-from mockllm.script import calls_to_entries, derive_calls
+from mockllm.script import calls_to_entries, derive_calls, recorded_model
 from mockllm.sidecar import SIDECAR_FILE, Sidecar, read_sidecar
 
 PRIMARY_FILE = "session.jsonl"
@@ -35,7 +35,11 @@ class SessionScript:
     events: int
     created_at: int | float
     entries: list[Entry]
-    log: SessionLog | None  # None for an override-only scenario's primary
+    header: SessionHeader | None  # None for an override-only scenario's primary
+    model: str | None  # the model the session called, as recorded
+    # The whole log, kept only when asked (`keep_logs`): serving needs the scripts, not the events,
+    # and a large suite's events would otherwise stay in memory for the server's lifetime.
+    log: SessionLog | None = None
 
 
 @dataclass(slots=True)
@@ -50,8 +54,8 @@ class Scenario:
 
     @property
     def cwd(self) -> str | None:
-        log = self.primary.log
-        return log.header.cwd if log is not None else None
+        header = self.primary.header
+        return header.cwd if header is not None else None
 
 
 class ScenarioError(MockllmError):
@@ -84,8 +88,11 @@ def session_files(path: Path) -> list[Path]:
     return primary + [p for _, p in children]
 
 
-def load_scenario(path: Path) -> Scenario:
-    """Load and derive every session of one scenario; raises ScenarioError listing every broken file."""
+def load_scenario(path: Path, *, keep_logs: bool = False) -> Scenario:
+    """Load and derive every session of one scenario; raises ScenarioError listing every broken file.
+
+    `keep_logs` keeps each session's event list (for `check`, which compares seeds with parents).
+    """
     if not path.is_dir() or not is_scenario(path):
         raise NotAScenarioError(f"{path}: not a scenario (no {PRIMARY_FILE} and no {SIDECAR_FILE})")
     problems: list[RecordingError] = []
@@ -99,7 +106,7 @@ def load_scenario(path: Path) -> Scenario:
     sessions: list[SessionScript] = []
     for file in session_files(path):
         try:
-            sessions.append(_session_script(file, sidecar if file.name == PRIMARY_FILE else None))
+            sessions.append(_session_script(file, sidecar if file.name == PRIMARY_FILE else None, keep_logs))
         except RecordingError as exc:
             problems.append(exc)
     if sidecar is not None and not (path / PRIMARY_FILE).is_file():
@@ -115,7 +122,7 @@ def load_scenario(path: Path) -> Scenario:
     return Scenario(path.name, path, [primary, *children])
 
 
-def load_suite(path: Path) -> Suite:
+def load_suite(path: Path, *, keep_logs: bool = False) -> Suite:
     """Load `path` as one scenario, or as a suite of scenario sub-folders; broken ones are kept apart."""
     if not path.is_dir():
         raise NotAScenarioError(f"{path}: not a folder")
@@ -126,7 +133,7 @@ def load_suite(path: Path) -> Suite:
             suite.skipped.append(folder.name)
             continue
         try:
-            suite.scenarios[folder.name] = load_scenario(folder)
+            suite.scenarios[folder.name] = load_scenario(folder, keep_logs=keep_logs)
         except ScenarioError as exc:
             suite.broken[folder.name] = exc
     if not suite.scenarios and not suite.broken:
@@ -134,7 +141,7 @@ def load_suite(path: Path) -> Suite:
     return suite
 
 
-def _session_script(file: Path, sidecar: Sidecar | None) -> SessionScript:
+def _session_script(file: Path, sidecar: Sidecar | None, keep_logs: bool) -> SessionScript:
     log = read_log(file)
     calls = derive_calls(log)
     replaced = sidecar.replaces(len(calls)) if sidecar is not None else set()
@@ -145,12 +152,13 @@ def _session_script(file: Path, sidecar: Sidecar | None) -> SessionScript:
     kind: SessionKind = "primary" if file.name == PRIMARY_FILE else ("fork" if header.is_seeded else "spawn")
     return SessionScript(
         id=header.id, file=file.name, parent=header.parent_session, kind=kind, cut=header.cut,
-        events=len(log.events), created_at=header.created_at, entries=entries, log=log,
+        events=len(log.events), created_at=header.created_at, entries=entries, header=header,
+        model=recorded_model(log), log=log if keep_logs else None,
     )
 
 
 def _override_only_primary(path: Path, sidecar: Sidecar) -> SessionScript:
     return SessionScript(
         id=path.name, file=SIDECAR_FILE, parent=None, kind="primary", cut=0, events=0,
-        created_at=0, entries=sidecar.apply([]), log=None,
+        created_at=0, entries=sidecar.apply([]), header=None, model=None,
     )

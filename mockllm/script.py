@@ -14,7 +14,7 @@ import msgspec
 from mockllm.chunks import Block, BlockEnd, BlockStart, FinishChunk, FinishReason, StreamChunk, TokenUsage, UsageChunk
 from mockllm.entries import ChunksEntry, Entry
 from mockllm.errors import RecordingError
-from mockllm.recording import CHUNK_EVENT, CallChunk, Event, SessionLog
+from mockllm.recording import CallChunk, Event, SessionLog
 
 COMPACTION_EVENT = "compaction/summary"
 
@@ -59,18 +59,24 @@ def recorded_calls(events: list[Event], log: SessionLog) -> list[RecordedCall]:
     """
     calls: list[RecordedCall] = []
     open_calls: dict[tuple[int, int], RecordedCall] = {}
+    # The call being extended, and its key: consecutive chunks nearly always share it, so the dict
+    # is consulted only when (turn, step) changes. This loop runs once per recorded event.
+    current: RecordedCall | None = None
+    key = (-1, -1)
     for event in events:
         data = event.data
-        if event.type == CHUNK_EVENT and isinstance(data, CallChunk):
-            key = (data.turn, data.step)
-            call = open_calls.get(key)
-            if call is None:
-                call = open_calls[key] = RecordedCall(data.turn, data.step, event.line)
-                calls.append(call)
-            call.chunks.append(data.chunk)
-            call.line = event.line
-            if isinstance(data.chunk, FinishChunk):
+        if type(data) is CallChunk:
+            if current is None or data.turn != key[0] or data.step != key[1]:
+                key = (data.turn, data.step)
+                current = open_calls.get(key)
+                if current is None:
+                    current = open_calls[key] = RecordedCall(data.turn, data.step, event.line)
+                    calls.append(current)
+            current.chunks.append(data.chunk)
+            current.line = event.line
+            if type(data.chunk) is FinishChunk:
                 del open_calls[key]
+                current = None
         elif event.type == COMPACTION_EVENT and isinstance(data, msgspec.Raw):
             compaction = _decode_compaction(data, event, log)
             if compaction.llmStreamCall:

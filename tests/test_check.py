@@ -14,7 +14,7 @@ from mockllm.scenario import load_scenario, load_suite
 
 
 def warnings_of(folder: Path) -> list[str]:
-    diagnostics = check_scenario(load_scenario(folder))
+    diagnostics = check_scenario(load_scenario(folder, keep_logs=True))
     assert all(d.severity == "warning" for d in diagnostics)
     return [str(d) for d in diagnostics]
 
@@ -122,7 +122,7 @@ def test_check_suite_reports_every_broken_file_and_keeps_the_good_scenarios(tmp_
     (bad / "session.1.jsonl").write_text('{"type":"session","version":0,"id":"x","createdAt":0}\n{"type":\n')
     (bad / "replay.override.json").write_text(json.dumps([{"kind": "explode"}]))
     (tmp_path / "c-notes").mkdir()  # not a scenario: skipped, not an error
-    suite = load_suite(tmp_path)
+    suite = load_suite(tmp_path, keep_logs=True)
     assert suite.skipped == ["c-notes"]
     got = [(d.severity, d.path, d.line) for d in check_suite(suite)]
     assert got == [

@@ -77,7 +77,7 @@ def test_scenario_loads_with_the_counted_sessions(folder: Path) -> None:
 
 @pytest.mark.parametrize("folder", SCENARIOS)
 def test_check_finds_nothing_in_the_corpus(folder: Path) -> None:
-    suite = load_suite(folder)
+    suite = load_suite(folder, keep_logs=True)
     assert list(suite.scenarios) == [folder.name]
     assert [str(d) for d in check_suite(suite)] == []
 

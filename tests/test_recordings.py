@@ -117,7 +117,7 @@ def entry_text(entry: Entry) -> str:
 
 @pytest.fixture(scope="module")
 def suite_scenarios() -> dict[str, Scenario]:
-    suite = load_suite(RECORDINGS)
+    suite = load_suite(RECORDINGS, keep_logs=True)
     assert not suite.broken, {name: str(err) for name, err in suite.broken.items()}
     assert not suite.skipped
     return suite.scenarios
@@ -178,7 +178,7 @@ def test_primaries_open_with_distinct_user_messages() -> None:
 
 @pytest.mark.parametrize("name", sorted(DESCRIBED))
 def test_logs_are_contiguous_and_times_plausible(name: str) -> None:
-    scenario = load_scenario(RECORDINGS / name)
+    scenario = load_scenario(RECORDINGS / name, keep_logs=True)
     for session in scenario.sessions:
         assert session.log is not None
         events = session.log.events
@@ -210,7 +210,7 @@ def test_mixed_tree_children_are_ordered_by_creation_not_file_number(suite_scena
 
 @pytest.mark.parametrize(("name", "child"), fork_children(), ids=lambda v: v if isinstance(v, str) else v.file)
 def test_fork_child_is_served_only_its_own_answer(name: str, child: Any) -> None:
-    scenario = load_scenario(RECORDINGS / name)
+    scenario = load_scenario(RECORDINGS / name, keep_logs=True)
     session = next(s for s in scenario.sessions if s.file == child.file)
     own = [answer(c) for c in described_calls(child.turns)]
     assert [entry_text(e) for e in session.entries] == own

@@ -8,7 +8,7 @@ do not depend on the request.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import msgspec
@@ -63,9 +63,17 @@ class Reply:
     # Non-stream status: a `throw` fails a non-streaming call as an HTTP error even when its chunks
     # would have been streamed first (a chat.completion cannot carry a mid-stream error).
     body_status: int = 200
+    # The joined stream per include_usage, built on first use: most requests write it in one go.
+    _joined: dict[bool, bytes] = field(default_factory=dict, compare=False, repr=False)
 
     def stream_bytes(self, include_usage: bool) -> bytes:
         """The whole stream up to its ending, for writing in one go (no pacing)."""
+        joined = self._joined.get(include_usage)
+        if joined is None:
+            joined = self._joined[include_usage] = self._join(include_usage)
+        return joined
+
+    def _join(self, include_usage: bool) -> bytes:
         parts = list(self.frames)
         if include_usage and self.usage_frame is not None:
             parts.append(self.usage_frame)
