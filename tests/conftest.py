@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,3 +45,17 @@ async def http(method: str, url: str, json: object = None) -> tuple[int, object]
 
     async with aiohttp.ClientSession() as session, session.request(method, url, json=json) as response:
         return response.status, await response.json(content_type=None)
+
+
+async def new_run(base_url: str, scenario: str) -> tuple[str, str]:
+    """POST /_mockllm/runs: the new run's id and base URL."""
+    status, body = await http("POST", f"{base_url}/_mockllm/runs", {"scenario": scenario})
+    assert status == 201 and isinstance(body, dict)
+    return body["run"], body["base_url"]
+
+
+async def run_state(base_url: str, run: str) -> dict[str, Any]:
+    """GET /_mockllm/runs/{run}: bindings, cursors, failures, journal."""
+    status, body = await http("GET", f"{base_url}/_mockllm/runs/{run}")
+    assert status == 200 and isinstance(body, dict)
+    return body

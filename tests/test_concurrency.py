@@ -15,7 +15,7 @@ import pytest
 
 from mockllm.scenario import load_suite
 from mockllm.serve import start_server
-from tests.conftest import http
+from tests.conftest import http, new_run, run_state
 from tests.dshtree import chunks_entry, finish, text_call, write_override, write_sessions
 
 SESSIONS = [f"agent-{n}" for n in range(5)]
@@ -44,18 +44,6 @@ def sse_events(raw: bytes) -> list[Any]:
         data = block[6:]
         events.append("[DONE]" if data == b"[DONE]" else json.loads(data))
     return events
-
-
-async def new_run(base_url: str, scenario: str) -> tuple[str, str]:
-    status, body = await http("POST", f"{base_url}/_mockllm/runs", {"scenario": scenario})
-    assert status == 201 and isinstance(body, dict)
-    return body["run"], body["base_url"]
-
-
-async def run_state(base_url: str, run: str) -> dict[str, Any]:
-    status, body = await http("GET", f"{base_url}/_mockllm/runs/{run}")
-    assert status == 200 and isinstance(body, dict)
-    return body
 
 
 async def eventually(probe: Callable[[], Awaitable[bool]], what: str, timeout: float = 3.0) -> None:

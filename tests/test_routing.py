@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from mockllm.conversations import ConversationIndex
-from tests.conftest import http
+from tests.conftest import http, new_run, run_state
 from tests.dshtree import (
     FORK_ID,
     FORK_TASK,
@@ -45,18 +45,6 @@ def answer(body: dict[str, Any]) -> tuple[str, str]:
     return "text", message["content"]
 
 
-async def new_run(server: Any, scenario: str) -> tuple[str, str]:
-    status, body = await http("POST", f"{server.base_url}/_mockllm/runs", {"scenario": scenario})
-    assert status == 201 and isinstance(body, dict)
-    return body["run"], body["base_url"]
-
-
-async def state(server: Any, run: str) -> dict[str, Any]:
-    status, body = await http("GET", f"{server.base_url}/_mockllm/runs/{run}")
-    assert status == 200 and isinstance(body, dict)
-    return body
-
-
 def user(text: str) -> dict[str, Any]:
     return {"role": "user", "content": text}
 
@@ -70,7 +58,7 @@ def mixed(tmp_path: Path) -> Path:
 
 async def test_recorded_ids_bind_to_their_sessions_in_any_order(serve, mixed):
     server = await serve(mixed)
-    run, base = await new_run(server, "mixed")
+    run, base = await new_run(server.base_url, "mixed")
     got: dict[str, list[tuple[str, str]]] = {PRIMARY_ID: [], SPAWN_ID: [], FORK_ID: []}
     order = [FORK_ID, SPAWN_ID, FORK_ID, PRIMARY_ID, SPAWN_ID, PRIMARY_ID, PRIMARY_ID, PRIMARY_ID]
     async with aiohttp.ClientSession() as session:
@@ -79,7 +67,7 @@ async def test_recorded_ids_bind_to_their_sessions_in_any_order(serve, mixed):
             assert status == 200, body
             got[live].append(answer(body))
     assert got == MIXED_ANSWERS
-    report = await state(server, run)
+    report = await run_state(server.base_url, run)
     assert report["bindings"] == {FORK_ID: FORK_ID, SPAWN_ID: SPAWN_ID, PRIMARY_ID: PRIMARY_ID}
     assert report["consumed"] is True
     assert report["failures"] == []
@@ -87,7 +75,7 @@ async def test_recorded_ids_bind_to_their_sessions_in_any_order(serve, mixed):
 
 async def test_fresh_ids_skip_sessions_bound_by_their_recorded_id(serve, mixed):
     server = await serve(mixed)
-    run, base = await new_run(server, "mixed")
+    run, base = await new_run(server.base_url, "mixed")
     async with aiohttp.ClientSession() as session:
         firsts = []
         for live in (FORK_ID, "fresh-1", "fresh-2"):
@@ -95,7 +83,8 @@ async def test_fresh_ids_skip_sessions_bound_by_their_recorded_id(serve, mixed):
             assert status == 200
             firsts.append(answer(body))
     assert firsts == [MIXED_ANSWERS[FORK_ID][0], MIXED_ANSWERS[PRIMARY_ID][0], MIXED_ANSWERS[SPAWN_ID][0]]
-    assert (await state(server, run))["bindings"] == {FORK_ID: FORK_ID, "fresh-1": PRIMARY_ID, "fresh-2": SPAWN_ID}
+    bindings = (await run_state(server.base_url, run))["bindings"]
+    assert bindings == {FORK_ID: FORK_ID, "fresh-1": PRIMARY_ID, "fresh-2": SPAWN_ID}
 
 
 @pytest.fixture
@@ -114,7 +103,7 @@ def ordered(tmp_path: Path) -> Path:
 
 async def test_fresh_ids_bind_in_first_call_order(serve, ordered):
     server = await serve(ordered)
-    run, base = await new_run(server, "ordered")
+    run, base = await new_run(server.base_url, "ordered")
     async with aiohttp.ClientSession() as session:
         texts = []
         for number in range(4):
@@ -122,7 +111,7 @@ async def test_fresh_ids_bind_in_first_call_order(serve, ordered):
             assert status == 200
             texts.append(answer(body)[1])
     assert texts == ["from p", "from alpha", "from zeta", "from late"]
-    report = await state(server, run)
+    report = await run_state(server.base_url, run)
     assert report["bindings"] == {"live-0": "p", "live-1": "alpha", "live-2": "zeta", "live-3": "late"}
     assert report["consumed"] is True  # "silent" has no entries and needs no binding
 
@@ -135,7 +124,7 @@ async def test_fresh_ids_bind_in_first_call_order(serve, ordered):
 ], ids=["mockllm", "dsh-header", "extra-header", "builtin-still-works-with-extra"])
 async def test_session_headers(serve, mixed, options, name):
     server = await serve(mixed, **options)
-    run, base = await new_run(server, "mixed")
+    run, base = await new_run(server.base_url, "mixed")
     async with aiohttp.ClientSession() as session:
         texts = []
         for live in (SPAWN_ID, PRIMARY_ID, SPAWN_ID):
@@ -143,28 +132,28 @@ async def test_session_headers(serve, mixed, options, name):
             assert status == 200
             texts.append(answer(body))
     assert texts == [MIXED_ANSWERS[SPAWN_ID][0], MIXED_ANSWERS[PRIMARY_ID][0], MIXED_ANSWERS[SPAWN_ID][1]]
-    assert (await state(server, run))["bindings"] == {SPAWN_ID: SPAWN_ID, PRIMARY_ID: PRIMARY_ID}
+    assert (await run_state(server.base_url, run))["bindings"] == {SPAWN_ID: SPAWN_ID, PRIMARY_ID: PRIMARY_ID}
 
 
 async def test_unconfigured_header_is_not_a_session_id(serve, mixed):
     server = await serve(mixed)
-    run, base = await new_run(server, "mixed")
+    run, base = await new_run(server.base_url, "mixed")
     async with aiohttp.ClientSession() as session:
         status, body, _ = await chat(session, base, [user("q")], {"x-agent-id": SPAWN_ID})
     assert status == 200
     assert answer(body) == MIXED_ANSWERS[PRIMARY_ID][0]  # routed by conversation: the first new session
-    assert (await state(server, run))["bindings"] == {"conversation-1": PRIMARY_ID}
+    assert (await run_state(server.base_url, run))["bindings"] == {"conversation-1": PRIMARY_ID}
 
 
 async def test_client_headers_are_journaled_and_do_not_route(serve, mixed):
     server = await serve(mixed)
-    run, base = await new_run(server, "mixed")
+    run, base = await new_run(server.base_url, "mixed")
     headers = {"x-mockllm-session": "live", "x-deepseek-harness-compact": "1"}
     async with aiohttp.ClientSession() as session:
         for _ in range(2):
             status, _, _ = await chat(session, base, [user("q")], headers)
             assert status == 200
-    journal = (await state(server, run))["journal"]
+    journal = (await run_state(server.base_url, run))["journal"]
     assert [(j["session"], j["call"], j["headers"]["x-deepseek-harness-compact"]) for j in journal] == [
         ("live", 0, "1"), ("live", 1, "1")]
 
@@ -198,7 +187,7 @@ class DshConversation:
 
 async def test_headerless_tree_routes_by_conversation(serve, mixed):
     server = await serve(mixed)
-    run, base = await new_run(server, "mixed")
+    run, base = await new_run(server.base_url, "mixed")
     got: dict[str, list[tuple[str, str]]] = {PRIMARY_ID: [], SPAWN_ID: [], FORK_ID: []}
     primary = DshConversation(user(PRIMARY_PROMPTS[0]))
     spawn = DshConversation(user(SPAWN_TASK))
@@ -231,7 +220,7 @@ async def test_headerless_tree_routes_by_conversation(serve, mixed):
     assert got == MIXED_ANSWERS
     # reasoning_content rode along on the assistant turns with tool calls, and routing still matched.
     assert sum("reasoning_content" in m for m in primary.messages) == 2
-    report = await state(server, run)
+    report = await run_state(server.base_url, run)
     assert report["bindings"] == {"conversation-1": PRIMARY_ID, "conversation-2": SPAWN_ID,
                                   "conversation-3": FORK_ID}
     assert report["consumed"] is True
@@ -241,7 +230,7 @@ async def test_headerless_tree_routes_by_conversation(serve, mixed):
 async def test_headerless_history_rewrites_still_route(serve, mixed):
     """dsh strips reasoning_content from older turns and may send null for an empty content."""
     server = await serve(mixed)
-    run, base = await new_run(server, "mixed")
+    run, base = await new_run(server.base_url, "mixed")
     primary = DshConversation(user(PRIMARY_PROMPTS[0]))
     async with aiohttp.ClientSession() as session:
         for step in range(4):
@@ -260,12 +249,12 @@ async def test_headerless_history_rewrites_still_route(serve, mixed):
     # The last request really carried a rewritten turn: a tool-call turn with neither reasoning nor content.
     assert primary.messages[4]["tool_calls"] and primary.messages[4]["content"] is None
     assert "reasoning_content" not in primary.messages[4]
-    assert (await state(server, run))["bindings"] == {"conversation-1": PRIMARY_ID}
+    assert (await run_state(server.base_url, run))["bindings"] == {"conversation-1": PRIMARY_ID}
 
 
 async def test_anonymous_headerless_calls_are_one_session(serve, mixed):
     server = await serve(mixed, headerless="anonymous")
-    run, base = await new_run(server, "mixed")
+    run, base = await new_run(server.base_url, "mixed")
     async with aiohttp.ClientSession() as session:
         got = []
         for text in ("first", "something else entirely", "a third conversation"):
@@ -276,14 +265,14 @@ async def test_anonymous_headerless_calls_are_one_session(serve, mixed):
         assert status == 200
     assert got == MIXED_ANSWERS[PRIMARY_ID][:3]
     assert answer(body) == MIXED_ANSWERS[SPAWN_ID][0]
-    assert (await state(server, run))["bindings"] == {"anonymous": PRIMARY_ID, "child": SPAWN_ID}
+    assert (await run_state(server.base_url, run))["bindings"] == {"anonymous": PRIMARY_ID, "child": SPAWN_ID}
 
 
 # -- failures -------------------------------------------------------------------------------------
 
 async def test_exhausted_and_unrecorded_sessions_fail_loudly_and_are_reported(serve, tmp_path):
     server = await serve(write_sessions(tmp_path / "two", {"p": [text_call("p0")], "c": [text_call("c0")]}))
-    run, base = await new_run(server, "two")
+    run, base = await new_run(server.base_url, "two")
     async with aiohttp.ClientSession() as session:
         status, body, _ = await chat(session, base, [user("q")], {"x-mockllm-session": "live-a"})
         assert (status, answer(body)) == (200, ("text", "p0"))
@@ -297,7 +286,7 @@ async def test_exhausted_and_unrecorded_sessions_fail_loudly_and_are_reported(se
         for part in (run, "session.jsonl", "live-a", "call 2", "1 entries"):
             assert part in message, (part, message)
 
-        report = await state(server, run)
+        report = await run_state(server.base_url, run)
         assert report["consumed"] is False  # session c was never bound
         assert [(f["code"], f["session"], f["call"]) for f in report["failures"]] == [
             ("script_exhausted", "live-a", 1)]
@@ -325,14 +314,14 @@ async def test_exhausted_and_unrecorded_sessions_fail_loudly_and_are_reported(se
 
 async def test_exhaustion_through_the_sdk_is_not_retried(serve, tmp_path):
     server = await serve(write_sessions(tmp_path / "one", {"p": [text_call("only")]}))
-    run, base = await new_run(server, "one")
+    run, base = await new_run(server.base_url, "one")
     # max_retries=2: x-should-retry false must stop the SDK at once, so exactly one more call is journaled.
     async with openai.AsyncOpenAI(base_url=base, api_key="x", max_retries=2) as sdk:
         await sdk.chat.completions.create(model="m", messages=[user("q")])
         with pytest.raises(openai.APIStatusError) as caught:
             await sdk.chat.completions.create(model="m", messages=[user("q"), user("again")])
     assert caught.value.status_code == 410
-    assert len((await state(server, run))["journal"]) == 2
+    assert len((await run_state(server.base_url, run))["journal"]) == 2
 
 
 # -- ConversationIndex ----------------------------------------------------------------------------
