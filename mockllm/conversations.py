@@ -23,7 +23,9 @@ _encode = msgspec.json.encode
 
 
 def message_key(message: Any) -> bytes:
-    """A canonical form of one chat message for prefix comparison."""
+    """A canonical form of one chat message (decoded, or still raw JSON) for prefix comparison."""
+    if isinstance(message, msgspec.Raw):
+        message = msgspec.json.decode(message)
     if not isinstance(message, dict):
         return _encode(message)
     content = message.get("content")

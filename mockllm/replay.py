@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -158,8 +159,15 @@ class Run:
             "cwd": self.cwd, "holding": self.holding,
             "bindings": {live: self.scenario.sessions[b.script].id for live, b in self.bindings.items()},
             "cursors": {live: b.cursor for live, b in self.bindings.items()},
-            "journal": self.journal,
+            "journal": [_journal_record(r) for r in self.journal],
         }
+
+
+def _journal_record(record: dict[str, Any]) -> dict[str, Any]:
+    """A journal record for reading: of the request headers, those the client sent for its own
+    reasons (`x-…`, e.g. `x-deepseek-harness-compact`), lowercased."""
+    headers: Mapping[str, str] = record.get("headers") or {}
+    return {**record, "headers": {k.lower(): v for k, v in headers.items() if k.lower().startswith("x-")}}
 
 
 class Runs:

@@ -27,6 +27,8 @@ log = logging.getLogger("mockllm")
 
 SESSION_HEADERS = ("x-mockllm-session", "x-deepseek-harness-session-id")
 MAX_BODY = 64 * 1024 * 1024  # agent histories get long; far past that is a client bug
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
 SSE_HEADERS = {
     "Content-Type": "text/event-stream; charset=utf-8",
     "Cache-Control": "no-cache",
@@ -36,7 +38,9 @@ NO_RETRY = {"x-should-retry": "false"}
 
 
 class _ChatRequest(msgspec.Struct):
-    messages: list[Any]
+    # Left undecoded: with a session header and no templates nothing reads them, and decoding a
+    # long agent history would be most of a request's work before its first byte.
+    messages: list[msgspec.Raw]
     model: str | None = None
     stream: bool | None = False
     stream_options: dict[str, Any] | None = None
@@ -97,6 +101,15 @@ class MockServer:
     # -- the model API ------------------------------------------------------------------------
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        try:
+            return await self._answer(request)
+        except (asyncio.CancelledError, ConnectionResetError, web.HTTPException):
+            raise
+        except Exception as exc:  # a bug must not take the server down or leak into other runs
+            log.exception("internal error on %s %s", request.method, request.path)
+            return mock_error(500, "mockllm_internal_error", f"mockllm failed on this request: {exc!r}")
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         run = self._run_for(request)
         if isinstance(run, web.Response):
             return run
@@ -114,9 +127,8 @@ class MockServer:
 
         header_id = next((request.headers[h] for h in self.session_headers if h in request.headers), None)
         live_id = run.live_session(header_id, chat.messages)
-        record: dict[str, Any] = {"session": live_id, "stream": bool(chat.stream),
-                                  "headers": {k.lower(): v for k, v in request.headers.items()
-                                              if k.lower().startswith("x-")}}
+        # The headers are kept as they came and filtered only when the journal is read: off the hot path.
+        record: dict[str, Any] = {"session": live_id, "stream": bool(chat.stream), "headers": request.headers}
         run.journal.append(record)
         try:
             turn = run.take(live_id)
@@ -147,12 +159,15 @@ class MockServer:
         return await self._stream(request, run, reply, include_usage)
 
     async def _stream(self, request: web.Request, run: Run, reply: Reply, include_usage: bool) -> web.StreamResponse:
+        body = reply.stream_bytes(include_usage)
+        if reply.ending != "hold":
+            # No pacing asked for and nothing to wait for: the whole recorded stream, headers
+            # included, goes out in one write with a Content-Length (no chunked framing to parse).
+            return web.Response(body=body, headers=SSE_HEADERS)
         response = web.StreamResponse(headers=SSE_HEADERS)
         await response.prepare(request)
-        # No pacing asked for: the whole recorded stream goes out in one write.
-        await response.write(reply.stream_bytes(include_usage))
-        if reply.ending == "hold":
-            await self._hold(run)
+        await response.write(body)
+        await self._hold(run)
         await response.write_eof()
         return response
 
@@ -233,27 +248,32 @@ def _base(request: web.Request, path: str) -> str:
     return f"{request.scheme}://{request.host}{path}"
 
 
-@web.middleware
-async def _errors_as_json(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    """Unknown paths, wrong methods and unexpected bugs answer in the OpenAI error shape; never crash."""
-    try:
-        return await handler(request)
-    except web.HTTPMethodNotAllowed as exc:
-        allowed = ", ".join(sorted(exc.allowed_methods))
+async def _unknown_path(request: web.Request) -> web.Response:
+    return mock_error(404, "unknown_path", f"no endpoint at {request.path}: the model API is under "
+                      "/scenarios/NAME/v1, /runs/RUN/v1 or (one scenario loaded) /v1")
+
+
+def _not_allowed(allowed: str) -> Handler:
+    """A 405 in the OpenAI error shape, for every method a path does not serve."""
+
+    async def not_allowed(request: web.Request) -> web.Response:
         message = f"{request.method} {request.path} is not allowed; allowed: {allowed}"
-        return mock_error(405, "method_not_allowed", message, {"Allow": ",".join(sorted(exc.allowed_methods))})
-    except web.HTTPNotFound:
-        return mock_error(404, "unknown_path", f"no endpoint at {request.path}: the model API is under "
-                          "/scenarios/NAME/v1, /runs/RUN/v1 or (one scenario loaded) /v1")
-    except web.HTTPException:
-        raise
-    except (asyncio.CancelledError, ConnectionResetError):
-        raise
-    except Exception as exc:  # a bug must not take the server down or leak into other runs
-        log.exception("internal error on %s %s", request.method, request.path)
-        return mock_error(500, "mockllm_internal_error", f"mockllm failed on this request: {exc!r}")
+        return mock_error(405, "method_not_allowed", message, {"Allow": allowed})
+
+    return not_allowed
+
+
+def _add_routes(app: web.Application, path: str, handlers: dict[str, Handler]) -> None:
+    """Serve `path` with `handlers` by method; any other method gets a 405.
+
+    Routes, not a middleware: a middleware would wrap every model call in two more coroutines.
+    """
+    if "GET" in handlers:
+        handlers = {**handlers, "HEAD": handlers["GET"]}  # as aiohttp's add_get does
+    resource = app.router.add_resource(path)
+    for method, handler in handlers.items():
+        resource.add_route(method, handler)
+    resource.add_route("*", _not_allowed(",".join(sorted(handlers))))
 
 
 SERVER_KEY: web.AppKey[MockServer] = web.AppKey("mockllm", MockServer)
@@ -264,15 +284,15 @@ def create_app(suite: Suite, *, session_headers: Sequence[str] = (), headerless:
     """The mock server for a loaded suite; `session_headers` adds header names to the built-in ones."""
     options = Options(SESSION_HEADERS + tuple(session_headers), headerless, cwd)
     server = MockServer(suite, options)
-    app = web.Application(client_max_size=MAX_BODY, middlewares=[_errors_as_json])
+    app = web.Application(client_max_size=MAX_BODY)
     app[SERVER_KEY] = server
     app.on_shutdown.append(server.release_held)
     for base in ("/scenarios/{name}/v1", "/runs/{run}/v1", "/v1"):
-        app.router.add_post(base + "/chat/completions", server.chat_completions)
-        app.router.add_get(base + "/models", server.models)
-    app.router.add_get("/_mockllm/health", server.health)
-    app.router.add_get("/_mockllm/scenarios", server.scenarios)
-    app.router.add_post("/_mockllm/runs", server.create_run)
-    app.router.add_get("/_mockllm/runs/{run}", server.get_run)
-    app.router.add_delete("/_mockllm/runs/{run}", server.end_run)
+        _add_routes(app, base + "/chat/completions", {"POST": server.chat_completions})
+        _add_routes(app, base + "/models", {"GET": server.models})
+    _add_routes(app, "/_mockllm/health", {"GET": server.health})
+    _add_routes(app, "/_mockllm/scenarios", {"GET": server.scenarios})
+    _add_routes(app, "/_mockllm/runs", {"POST": server.create_run})
+    _add_routes(app, "/_mockllm/runs/{run}", {"GET": server.get_run, "DELETE": server.end_run})
+    app.router.add_route("*", "/{tail:.*}", _unknown_path)
     return app

@@ -27,6 +27,8 @@ def request_text(messages: Any) -> str:
     out: list[str] = []
 
     def walk(value: Any) -> None:
+        if isinstance(value, msgspec.Raw):  # a request's messages stay undecoded until needed
+            value = msgspec.json.decode(value)
         if isinstance(value, str):
             out.append(value)
         elif isinstance(value, dict):

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""The benchmark's baseline server: a bare aiohttp handler on uvloop writing pre-encoded SSE bytes.
+
+    python3 scripts/bench_baseline.py SCENARIO_DIR [--host 127.0.0.1] [--port 0]
+
+It prints `baseline listening on http://HOST:PORT` once ready and serves until SIGTERM/SIGINT.
+At start-up it takes the SSE frames mockllm renders for the scenario's first call (the same bytes
+mockllm sends: every chunk frame, the usage frame, `data: [DONE]`); every POST to
+`/runs/{run}/v1/chat/completions` then reads the request body and writes those frames, one write
+per event. No routing, no parsing, no state: the floor any SSE server on aiohttp pays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+import uvloop
+from aiohttp import web
+
+from mockllm.catalog import Catalog
+from mockllm.scenario import load_scenario
+from mockllm.server import SSE_HEADERS
+from mockllm.wire.openai import DONE
+
+
+def frames_for(scenario_dir: Path) -> list[bytes]:
+    reply = Catalog(load_scenario(scenario_dir)).reply(0, 0, [], None)
+    if reply.status != 200 or reply.usage_frame is None or reply.ending != "done":
+        raise SystemExit(f"{scenario_dir}: the first call is not a plain streamed answer with usage")
+    return [*reply.frames, reply.usage_frame, DONE]
+
+
+async def serve(frames: list[bytes], host: str, port: int) -> None:
+    async def chat(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        await response.prepare(request)
+        for frame in frames:
+            await response.write(frame)
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/runs/{run}/v1/chat/completions", chat)
+    # The same runner settings as mockllm's start_server, so only the handlers differ.
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = runner.addresses[0][1]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"baseline listening on http://{host}:{bound}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("scenario", type=Path)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args(argv)
+    frames = frames_for(args.scenario)
+    uvloop.run(serve(frames, args.host, args.port))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,242 @@
+"""The benchmark scripts work: scripts/bench.py --quick runs end to end and prints its tables.
+
+These tests check that the benchmark runs and that what it measured was served and loaded
+correctly (every response verified, every synthetic session derived as written). They do NOT
+check speed: the quick configuration is far too small for its ratios to mean anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from mockllm.recording import read_log
+from mockllm.scenario import load_suite
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+
+import bench_client  # noqa: E402
+import make_synthetic  # noqa: E402
+
+
+def test_quick_benchmark_runs_and_prints_every_table(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPTS / "bench.py"), "--quick", "--json", str(out)],
+        capture_output=True, text=True, timeout=240, check=False,
+    )
+    # 0: every target met, 1: some missed (expected at this size); 2 or a traceback: the bench broke.
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    text = done.stdout
+    for title in ("== 1. Streaming", "== 2. Loading:", "== 2. Loading targets ==", "== 3. Scale:",
+                  "== 3. Scale targets =="):
+        assert title in text, text
+    for metric in ("burst requests/s", "TTFB p50 (ms)", "server CPU/request (us)", "load time / decode-only time",
+                   "load peak RSS / bytes on disk", "linear: load time per event", "server RSS bounded"):
+        assert metric in text, text
+    assert text.count("PASS") + text.count("FAIL") >= 12, text
+
+    report = json.loads(out.read_text())
+    results = report["results"]
+    for target, rounds in results["streaming"].items():
+        for r in rounds:
+            for phase in ("ttfb", "burst"):
+                assert r[phase]["bad"] == 0, (target, phase, r[phase]["errors"])
+                assert r[phase]["run_failures"] == 0, (target, phase, r[phase]["errors"])
+    assert all(level["bad"] == 0 for level in results["scale"]["levels"]), results["scale"]["errors"]
+    assert [level["concurrency"] for level in results["scale"]["levels"]] == [1, 10, 100]
+    for size in results["loading"]:
+        assert size["mismatches"] == [], size["mismatches"]
+    assert all(size["events"] >= wanted for size, wanted in zip(results["loading"], (5_000, 20_000), strict=True))
+
+
+def test_synthetic_suite_has_real_fork_seeds(tmp_path: Path) -> None:
+    manifest = make_synthetic.write_suite(tmp_path, 12_000, seed=3)
+    assert manifest["events"] >= 12_000
+    assert manifest["forks"] and manifest["spawns"]
+    suite = load_suite(tmp_path)
+    assert not suite.broken
+    layouts = set()
+    forks = forks_seeded_with_chunks = 0
+    for name, scenario in suite.scenarios.items():
+        written = manifest["scenario_files"][name]
+        for session in scenario.sessions:
+            meta = written[session.file]
+            layouts.add(meta["layout"])
+            assert (session.kind, session.cut, len(session.entries), session.events) == (
+                meta["kind"], meta["seedLength"], meta["calls"], meta["events"])
+            if session.kind != "fork":
+                continue
+            events = read_log(tmp_path / name / session.file).events
+            # The seed ends right before session/end-seed and (past turn 1) holds the parent's model output.
+            assert events[session.cut].type == "session/end-seed"
+            forks += 1
+            forks_seeded_with_chunks += any(e.type == "assistant/chunk" for e in events[: session.cut])
+    assert forks_seeded_with_chunks >= forks // 2 > 0
+    assert {"packed", "unpacked"} <= layouts
+
+
+def test_packed_fork_seed_length_counts_logical_events(tmp_path: Path) -> None:
+    make_synthetic.write_suite(tmp_path, 30_000, seed=1)
+    packed_forks = 0
+    for path in sorted(tmp_path.glob("*/session.*.jsonl")):
+        header = json.loads(path.read_bytes().split(b"\n", 1)[0])
+        if "seedLength" not in header:
+            continue
+        lines = path.read_bytes().splitlines()
+        if not any(b'"type":"text-chunks"' in line or b'"type":"reasoning-chunks"' in line for line in lines):
+            continue
+        packed_forks += 1
+        log = read_log(path)
+        assert log.events[header["seedLength"]].type == "session/end-seed"
+        assert log.lines < len(log.events)  # packed: fewer physical rows than logical events
+    assert packed_forks
+
+
+def _frame(delta: dict[str, object], finish: str | None = None) -> bytes:
+    chunk = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m",
+             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return b"data: " + msgspec.json.encode(chunk) + b"\n\n"
+
+
+def _stream(parts: list[str], *, done: bool = True, usage: bool = True) -> bytes:
+    body = b"".join(_frame({"content": p}) for p in parts) + _frame({}, "stop")
+    if usage:
+        body += b'data: {"id":"x","object":"chat.completion.chunk","choices":[],"usage":{"total_tokens":3}}\n\n'
+    return body + (b"data: [DONE]\n\n" if done else b"")
+
+
+def test_client_verification_accepts_the_expected_stream_only() -> None:
+    parts = ["Hello", " there", " friend"]
+    bench_client.verify(200, _stream(parts), 3, "Hello there friend")
+    bad = [
+        (500, _stream(parts)),
+        (200, _stream(parts, done=False)),
+        (200, _stream(parts, usage=False)),
+        (200, _stream(parts[:2])),
+        (200, _stream(["Hello", " there", " fiend"])),
+        (200, _stream(parts)[:-1]),
+    ]
+    for status, body in bad:
+        with pytest.raises(bench_client.BadResponse):
+            bench_client.verify(status, body, 3, "Hello there friend")
+
+
+# ---------------------------------------------------------------------------------------------
+# The load client's HTTP/1.1 parsing and response checks (no server needed)
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.written = b""
+        self.closed = self.aborted = False
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+def _exchange(response: bytes, pieces: list[int] | None = None) -> tuple[object, _Transport, bench_client.Connection]:
+    """Feed `response` to a fresh connection (split at `pieces`, else byte by byte): its result or exception."""
+    loop = asyncio.new_event_loop()
+    try:
+        conn = bench_client.Connection(loop)
+        transport = _Transport()
+        conn.connection_made(transport)  # type: ignore[arg-type]
+        future = conn.request(b"POST / HTTP/1.1\r\n\r\n")
+        cuts = [0, *(pieces if pieces is not None else range(1, len(response))), len(response)]
+        for a, b in itertools.pairwise(cuts):
+            if conn.waiter is None:
+                break
+            conn.data_received(response[a:b])
+        if not future.done():
+            conn.connection_lost(None)
+        outcome = future.exception() or future.result()
+        return outcome, transport, conn
+    finally:
+        loop.close()
+
+
+_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nDate: x\r\n"
+
+
+def test_client_parses_chunked_and_length_framed_responses_however_they_arrive() -> None:
+    body = _stream(["Hello", " there", " friend"])
+    framed = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in (body[:7], body[7:300], body[300:]))
+    chunked = _HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + framed + b"0\r\n\r\n"
+    for pieces in (None, [], [len(chunked) - 3], [5, 40, 41, 200]):
+        outcome, transport, conn = _exchange(chunked, pieces)
+        assert isinstance(outcome, tuple), outcome
+        status, headers, got, first = outcome
+        assert (status, headers[b"content-type"], got) == (200, b"text/event-stream", body)
+        assert first > 0 and conn.open and not transport.aborted and conn.buf == b""
+    with_ext = _HEAD + b"Transfer-Encoding: chunked\r\n\r\n5;name=v\r\nhello\r\n0\r\nTrailer: t\r\n\r\n"
+    assert _exchange(with_ext)[0][2] == b"hello"  # type: ignore[index]
+    length = b"HTTP/1.1 201 Created\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello"
+    outcome, transport, conn = _exchange(length, [])
+    assert outcome[:1] + outcome[2:3] == (201, b"hello")  # type: ignore[index]
+    assert transport.closed and not conn.open
+    to_close = b"HTTP/1.1 200 OK\r\n\r\nuntil the end"
+    assert _exchange(to_close, [])[0][2] == b"until the end"  # type: ignore[index]
+
+
+def test_client_rejects_broken_framing() -> None:
+    chunked = _HEAD + b"Transfer-Encoding: chunked\r\n\r\n"
+    broken = [
+        chunked + b"5\r\nhello\r\n",  # connection lost before the last chunk
+        chunked + b"5\r\nhelloX\r\n0\r\n\r\n",  # chunk longer than its size
+        chunked + b"0x5\r\nhello\r\n0\r\n\r\n",  # not a hex size
+        chunked + b"-5\r\nhello\r\n0\r\n\r\n",
+        chunked + b"5\r\nhello\r\n0\r\n\r\nHTTP/1.1",  # bytes past the end
+        b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nshort",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+        b"HTTP/1.1 100 Continue\r\n\r\n",
+        b"SMTP ready\r\n\r\n",
+    ]
+    for response in broken:
+        outcome, _, conn = _exchange(response, [])
+        assert isinstance(outcome, bench_client.HTTPError), (response, outcome)
+        assert not conn.open
+
+
+def _sse(cid: str, parts: list[str]) -> bytes:
+    return _stream(parts).replace(b'"id":"x"', f'"id":"{cid}"'.encode())
+
+
+def test_client_verifier_checks_bytes_per_id_and_which_session_answered() -> None:
+    parts, text = ["Hello", " there", " friend"], "Hello there friend"
+    headers = {b"content-type": b"text/event-stream; charset=utf-8"}
+    verifier = bench_client.Verifier(3, text, sessions=2, calls_per_session=2)
+    verifier(200, headers, _sse("chatcmpl-mockllm-0-0", parts), ("run-1", 0))
+    verifier(200, headers, _sse("chatcmpl-mockllm-0-0", parts), ("run-2", 0))  # same bytes, another run
+    verifier(200, headers, _sse("chatcmpl-mockllm-1-0", parts), ("run-1", 1))
+    verifier(200, headers, _sse("chatcmpl-mockllm-0-1", parts), ("run-1", 0))
+    bad = [
+        (_sse("chatcmpl-mockllm-0-0", parts), ("run-3", 0), headers),
+        (_sse("chatcmpl-mockllm-0-0", parts)[:-1], ("run-3", 0), headers),  # truncated: differs from the first
+        (_sse("chatcmpl-mockllm-0-1", parts), ("run-1", 0), headers),  # call 1 answered twice
+        (_sse("chatcmpl-mockllm-1-1", parts), ("run-1", 0), headers),  # crossed: live-0 is bound to session 0
+        (_sse("chatcmpl-mockllm-0-1", parts), ("run-2", 1), headers),  # session 0 already answers run-2/live-0
+        (_sse("chatcmpl-mockllm-5-0", parts), ("run-4", 0), headers),  # no such recorded session
+        (_sse("chatcmpl-mockllm-1-1", ["Hello", " there", " fiend"]), ("run-4", 0), headers),
+        (_sse("chatcmpl-mockllm-1-1", parts), ("run-4", 0), {b"content-type": b"application/json"}),
+    ]
+    verifier(200, headers, _sse("chatcmpl-mockllm-0-0", parts), ("run-3", 0))
+    for body, key, hdrs in bad:
+        with pytest.raises(bench_client.BadResponse):
+            verifier(200, hdrs, body, key)
+    verifier.forget({"run-1"})
+    verifier(200, headers, _sse("chatcmpl-mockllm-1-0", parts), ("run-1", 0))  # run-1's accounting dropped
