@@ -13,7 +13,7 @@ import itertools
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from mockllm.conversations import ConversationIndex
 from mockllm.errors import MockllmError
@@ -45,9 +45,11 @@ class Binding:
     cursor: int = 0  # entries served so far
 
 
-@dataclass(frozen=True, slots=True)
-class Turn:
-    """What one request was given: the bound session and the 0-based entry index."""
+class Turn(NamedTuple):
+    """What one request was given: the bound session and the 0-based entry index.
+
+    A named tuple: one is made per model call, and a frozen dataclass costs several times more.
+    """
 
     script: int
     call: int
