@@ -96,5 +96,3 @@ class FinishChunk(Chunk, tag="finish"):
 
 
 StreamChunk = BlockStart | TextDelta | ReasoningDelta | ToolCallDelta | BlockEnd | UsageChunk | FinishChunk
-
-DELTA_TYPES = (TextDelta, ReasoningDelta, ToolCallDelta)

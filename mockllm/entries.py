@@ -10,7 +10,7 @@ import re
 
 import msgspec
 
-from mockllm.chunks import FinishChunk, StreamChunk
+from mockllm.chunks import StreamChunk
 
 
 class ChunksEntry(msgspec.Struct, tag_field="kind", tag="chunks", forbid_unknown_fields=False):
@@ -33,12 +33,4 @@ Entry = ChunksEntry | ThrowEntry | HangEntry
 ENTRY_KINDS = ("chunks", "throw", "hang")
 
 FROM_REQUEST = re.compile(r"\{\{fromRequest:(.*?)\}\}")
-
-
-def finish_of(entry: Entry) -> FinishChunk | None:
-    """The entry's closing `finish` chunk, if it has one."""
-    chunks = entry.chunks if isinstance(entry, ChunksEntry | ThrowEntry) else []
-    if chunks and isinstance(chunks[-1], FinishChunk):
-        return chunks[-1]
-    return None
 

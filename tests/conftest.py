@@ -59,3 +59,18 @@ async def run_state(base_url: str, run: str) -> dict[str, Any]:
     status, body = await http("GET", f"{base_url}/_mockllm/runs/{run}")
     assert status == 200 and isinstance(body, dict)
     return body
+
+
+def assert_mock_error(status: int, body: Any, headers: Any, expected_status: int, code: str) -> str:
+    """Assert an error made by mockllm itself: OpenAI body, never retried. Returns its message."""
+    assert status == expected_status, body
+    assert headers["Content-Type"].startswith("application/json")
+    assert headers["x-should-retry"] == "false"
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    assert body["error"]["code"] == code
+    assert body["error"]["param"] is None
+    assert isinstance(body["error"]["type"], str) and body["error"]["type"]
+    message = body["error"]["message"]
+    assert isinstance(message, str) and len(message) > 10
+    return message

@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 import mockllm.server
-from tests.conftest import http
+from tests.conftest import assert_mock_error, http
 from tests.dshtree import chunks_entry, header, text_call, write_log, write_override
 
 GOOD = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
@@ -28,20 +28,6 @@ async def raw(method: str, url: str, data: bytes | None = None,
     async with aiohttp.ClientSession() as session, session.request(method, url, data=data,
                                                                    headers=headers or {}) as response:
         return response.status, json.loads(await response.read()), response.headers
-
-
-def assert_mock_error(status: int, body: Any, headers: Any, expected_status: int, code: str) -> str:
-    assert status == expected_status, body
-    assert headers["Content-Type"].startswith("application/json")
-    assert headers["x-should-retry"] == "false"
-    assert set(body) == {"error"}
-    assert set(body["error"]) == {"message", "type", "param", "code"}
-    assert body["error"]["code"] == code
-    assert body["error"]["param"] is None
-    assert isinstance(body["error"]["type"], str) and body["error"]["type"]
-    message = body["error"]["message"]
-    assert isinstance(message, str) and len(message) > 10
-    return message
 
 
 async def still_serves(base: str, expected: str = "first answer") -> None:

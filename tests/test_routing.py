@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from mockllm.conversations import ConversationIndex
-from tests.conftest import http, new_run, run_state
+from tests.conftest import assert_mock_error, http, new_run, run_state
 from tests.dshtree import (
     FORK_ID,
     FORK_TASK,
@@ -278,11 +278,8 @@ async def test_exhausted_and_unrecorded_sessions_fail_loudly_and_are_reported(se
         assert (status, answer(body)) == (200, ("text", "p0"))
 
         status, body, headers = await chat(session, base, [user("q")], {"x-mockllm-session": "live-a"})
-        assert status == 410
-        assert headers["x-should-retry"] == "false"
-        assert body["error"]["code"] == "script_exhausted"
+        message = assert_mock_error(status, body, headers, 410, "script_exhausted")
         assert body["error"]["type"] == "invalid_request_error"
-        message = body["error"]["message"]
         for part in (run, "session.jsonl", "live-a", "call 2", "1 entries"):
             assert part in message, (part, message)
 
@@ -295,10 +292,7 @@ async def test_exhausted_and_unrecorded_sessions_fail_loudly_and_are_reported(se
         assert (status, answer(body)) == (200, ("text", "c0"))
 
         status, body, headers = await chat(session, base, [user("q")], {"x-mockllm-session": "live-c"})
-        assert status == 404
-        assert headers["x-should-retry"] == "false"
-        assert body["error"]["code"] == "unrecorded_session"
-        message = body["error"]["message"]
+        message = assert_mock_error(status, body, headers, 404, "unrecorded_session")
         for part in (run, "live-c", "session.jsonl<-live-a", "session.1.jsonl<-live-b"):
             assert part in message, (part, message)
 
