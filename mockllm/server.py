@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,7 +111,7 @@ class MockServer:
 
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         run = self._run_for(request)
-        if isinstance(run, web.Response):
+        if not isinstance(run, Run):  # an error response (Run is a plain class: a cheap check)
             return run
         try:
             body = await request.read()
@@ -125,10 +125,11 @@ class MockServer:
         if not chat.messages:
             return mock_error(400, "invalid_request", f"run {run.id}: \"messages\" is empty")
 
-        header_id = next((request.headers[h] for h in self.session_headers if h in request.headers), None)
+        headers = request.headers
+        header_id = self._session_header(headers)
         live_id = run.live_session(header_id, chat.messages)
         # The headers are kept as they came and filtered only when the journal is read: off the hot path.
-        record: dict[str, Any] = {"session": live_id, "stream": bool(chat.stream), "headers": request.headers}
+        record: dict[str, Any] = {"session": live_id, "stream": bool(chat.stream), "headers": headers}
         run.journal.append(record)
         try:
             turn = run.take(live_id)
@@ -158,16 +159,32 @@ class MockServer:
         include_usage = bool((chat.stream_options or {}).get("include_usage"))
         return await self._stream(request, run, reply, include_usage)
 
+    def _session_header(self, headers: Mapping[str, str]) -> str | None:
+        """The first session header present, in the order they are configured."""
+        for name in self.session_headers:
+            value = headers.get(name)
+            if value is not None:
+                return value
+        return None
+
     async def _stream(self, request: web.Request, run: Run, reply: Reply, include_usage: bool) -> web.StreamResponse:
-        body = reply.stream_bytes(include_usage)
-        if reply.ending != "hold":
-            # No pacing asked for and nothing to wait for: the whole recorded stream, headers
-            # included, goes out in one write with a Content-Length (no chunked framing to parse).
-            return web.Response(body=body, headers=SSE_HEADERS)
         response = web.StreamResponse(headers=SSE_HEADERS)
+        if reply.ending == "hold":
+            await response.prepare(request)
+            await response.write(reply.stream_bytes(include_usage))
+            await self._hold(run)
+            await response.write_eof()
+            return response
+        # No pacing asked for and nothing to wait for: two writes. The first event goes out with the
+        # headers at once (a client's time to first token), the rest of the stream in one write; one
+        # write per event costs a syscall each, one write for all delays the first byte by the
+        # whole body's copy. A Content-Length spares the client the chunked framing.
+        first, rest = reply.stream_parts(include_usage)
+        response.content_length = len(first) + len(rest)
         await response.prepare(request)
-        await response.write(body)
-        await self._hold(run)
+        await response.write(first)
+        if rest:
+            await response.write(rest)
         await response.write_eof()
         return response
 
@@ -190,7 +207,7 @@ class MockServer:
 
     async def models(self, request: web.Request) -> web.Response:
         run = self._run_for(request)
-        if isinstance(run, web.Response):
+        if not isinstance(run, Run):
             return run
         model = self.catalogs[run.scenario.name].model
         return web.json_response({"object": "list", "data": [

@@ -1,7 +1,8 @@
 """The fast paths produce exactly what the slow paths do.
 
 Loading decodes a log's body in one call and falls back to line-by-line decoding only to name a
-broken line; serving writes a reply's pre-joined stream in one write instead of one per event.
+broken line; serving writes a reply's pre-joined stream in two writes (its first event, then the
+rest) instead of one per event.
 Both shortcuts must be invisible: same events, same bytes.
 """
 
@@ -38,7 +39,7 @@ def test_one_call_decoding_equals_line_by_line(path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["tool-loop", "mixed-tree", "empty-block"])
-async def test_the_one_write_stream_is_the_per_event_frames(serve, name: str) -> None:
+async def test_the_two_write_stream_is_the_per_event_frames(serve, name: str) -> None:
     scenario = load_scenario(RECORDINGS / name)
     catalog = Catalog(scenario)
     server = await serve(RECORDINGS / name)

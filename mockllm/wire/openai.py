@@ -63,25 +63,30 @@ class Reply:
     # Non-stream status: a `throw` fails a non-streaming call as an HTTP error even when its chunks
     # would have been streamed first (a chat.completion cannot carry a mid-stream error).
     body_status: int = 200
-    # The joined stream per include_usage, built on first use: most requests write it in one go.
-    _joined: dict[bool, bytes] = field(default_factory=dict, compare=False, repr=False)
+    # The stream split after its first event, per include_usage, built on first use.
+    _parts: dict[bool, tuple[bytes, bytes]] = field(default_factory=dict, compare=False, repr=False)
 
     def stream_bytes(self, include_usage: bool) -> bytes:
-        """The whole stream up to its ending, for writing in one go (no pacing)."""
-        joined = self._joined.get(include_usage)
-        if joined is None:
-            joined = self._joined[include_usage] = self._join(include_usage)
-        return joined
+        """The whole stream up to its ending: every frame, the usage frame if asked for, the ending."""
+        return b"".join(self._events(include_usage))
 
-    def _join(self, include_usage: bool) -> bytes:
-        parts = list(self.frames)
+    def stream_parts(self, include_usage: bool) -> tuple[bytes, bytes]:
+        """`stream_bytes` split after its first event: (first event, the rest), for two writes."""
+        parts = self._parts.get(include_usage)
+        if parts is None:
+            events = self._events(include_usage)
+            parts = self._parts[include_usage] = (events[0] if events else b"", b"".join(events[1:]))
+        return parts
+
+    def _events(self, include_usage: bool) -> list[bytes]:
+        events = list(self.frames)
         if include_usage and self.usage_frame is not None:
-            parts.append(self.usage_frame)
+            events.append(self.usage_frame)
         if self.ending == "done":
-            parts.append(DONE)
+            events.append(DONE)
         elif self.ending == "error" and self.error_frame is not None:
-            parts.append(self.error_frame)
-        return b"".join(parts)
+            events.append(self.error_frame)
+        return events
 
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
