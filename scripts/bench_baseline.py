@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """The benchmark's baseline server: a bare aiohttp handler on uvloop writing pre-encoded SSE bytes.
 
-    python3 scripts/bench_baseline.py SCENARIO_DIR [--host 127.0.0.1] [--port 0]
+    python3 scripts/bench_baseline.py SCENARIO_DIR [--writes per-event|two] [--host 127.0.0.1] [--port 0]
 
 It prints `baseline listening on http://HOST:PORT` once ready and serves until SIGTERM/SIGINT.
 At start-up it takes the SSE frames mockllm renders for the scenario's first call (the same bytes
 mockllm sends: every chunk frame, the usage frame, `data: [DONE]`); every POST to
-`/runs/{run}/v1/chat/completions` then reads the request body and writes those frames, one write
-per event. No routing, no parsing, no state: the floor any SSE server on aiohttp pays.
+`/runs/{run}/v1/chat/completions` then reads the request body and writes those frames:
+- `per-event` (the streaming baseline): one write per event, chunked, as a plain SSE server does;
+- `two` (the scale baseline): exactly as mockllm writes an unpaced stream, the first event, then
+  the rest in one write, with a Content-Length; only mockllm's routing and replay state are missing.
+No routing, no parsing, no state: the floor any SSE server on aiohttp pays. It runs with mockllm's
+runner and memory settings (settle_memory), so only the handlers differ.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from aiohttp import web
 
 from mockllm.catalog import Catalog
 from mockllm.scenario import load_scenario
+from mockllm.serve import settle_memory
 from mockllm.server import SSE_HEADERS
 from mockllm.wire.openai import DONE
 
@@ -34,8 +39,10 @@ def frames_for(scenario_dir: Path) -> list[bytes]:
     return [*reply.frames, reply.usage_frame, DONE]
 
 
-async def serve(frames: list[bytes], host: str, port: int) -> None:
-    async def chat(request: web.Request) -> web.StreamResponse:
+async def serve(frames: list[bytes], writes: str, host: str, port: int) -> None:
+    first, rest = frames[0], b"".join(frames[1:])
+
+    async def per_event(request: web.Request) -> web.StreamResponse:
         await request.read()
         response = web.StreamResponse(headers=SSE_HEADERS)
         await response.prepare(request)
@@ -44,8 +51,18 @@ async def serve(frames: list[bytes], host: str, port: int) -> None:
         await response.write_eof()
         return response
 
+    async def two(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        response.content_length = len(first) + len(rest)
+        await response.prepare(request)
+        await response.write(first)
+        await response.write(rest)
+        await response.write_eof()
+        return response
+
     app = web.Application()
-    app.router.add_post("/runs/{run}/v1/chat/completions", chat)
+    app.router.add_post("/runs/{run}/v1/chat/completions", two if writes == "two" else per_event)
     # The same runner settings as mockllm's start_server, so only the handlers differ.
     runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0, access_log=None)
     await runner.setup()
@@ -66,11 +83,13 @@ async def serve(frames: list[bytes], host: str, port: int) -> None:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("scenario", type=Path)
+    parser.add_argument("--writes", choices=["per-event", "two"], default="per-event")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args(argv)
     frames = frames_for(args.scenario)
-    uvloop.run(serve(frames, args.host, args.port))
+    settle_memory()
+    uvloop.run(serve(frames, args.writes, args.host, args.port))
     return 0
 
 

@@ -9,10 +9,13 @@ RSS from /proc), `scenario`, `sessions` and `calls_per_session` (the shape of th
 `deltas` and `text` (what every response must carry), `body` (the chat request), and `phase`:
   {"kind": "ttfb", "requests": N}                         sequential requests, time to first byte
                       (CONFIG may instead hold `targets`: [{target, base_url, pid}, ...]; the
-                      requests then alternate between those servers and the result is {target: ...})
+                      requests then alternate between those servers and the result is {target: ...};
+                      so may the scale phase)
   {"kind": "burst", "requests": N, "concurrency": C}     N requests over C connections, requests/s
   {"kind": "scale", "levels": [...], "runs": R, "seconds": S, "max_requests": M, "passes": P}
-                                      each level (in order, P times over) on R fresh runs for S seconds
+                      P passes; a pass runs each level (in order, odd passes in reverse) on R
+                      fresh runs for S seconds or M requests (with `targets`: each level on
+                      every server in turn; see scale_paired)
 
 Why not aiohttp's client: on 2 cores its per-request cost is higher than the server's, so at high
 concurrency the benchmark measured the client. This one is an asyncio.Protocol per connection: a
@@ -634,35 +637,31 @@ class Client:
                 "server_cpu_util": cpu / wall, "client_cpu_util": mine / wall,
                 "client_cpu_us_per_req": mine / done * 1e6}
 
-    async def scale(self, levels: list[int], runs_per_level: int, seconds: float, max_requests: int,
-                    passes: int) -> dict[str, Any]:
-        out = []
-        rss_start, _ = proc_rss_kb(self.pid)
-        for level in [lv for _ in range(passes) for lv in levels]:
-            runs = await self.create_runs(runs_per_level)
-            plan = self.plan(runs, runs_per_level * self.per_run, spread=True)
-            warm, timed = plan[:level], plan[level:level + max_requests]
-            bad_before = self.bad
-            conns = await self.http.connect_many(level)
-            await self.drive(conns, warm)  # one request per connection, untimed
-            cpu0, mine0, t0 = proc_cpu_seconds(self.pid), self_cpu_seconds(), time.perf_counter()
-            done = await self.drive(conns, timed, deadline=t0 + seconds)
-            wall = time.perf_counter() - t0
-            cpu = proc_cpu_seconds(self.pid) - cpu0
-            mine = self_cpu_seconds() - mine0
-            rss, hwm = proc_rss_kb(self.pid)
-            latencies = sorted(self.latencies)
-            self.http.close(conns)
-            await self.end_runs(runs, {})
-            rss_after_end, _ = proc_rss_kb(self.pid)
-            out.append({"concurrency": level, "requests": done, "seconds": wall, "rps": done / wall,
-                        "bad": self.bad - bad_before, "server_cpu_us_per_req": cpu / max(1, done) * 1e6,
-                        "server_cpu_util": cpu / wall, "client_cpu_util": mine / wall,
-                        "client_cpu_us_per_req": mine / max(1, done) * 1e6,
-                        "p50_ms": percentile(latencies, 0.5) * 1e3, "p99_ms": percentile(latencies, 0.99) * 1e3,
-                        "max_ms": latencies[-1] * 1e3 if latencies else float("nan"),
-                        "rss_kb": rss, "hwm_kb": hwm, "rss_after_end_kb": rss_after_end})
-        return {"levels": out, "rss_start_kb": rss_start}
+    async def scale_level(self, level: int, runs_per_level: int, seconds: float, max_requests: int) -> dict[str, Any]:
+        """`level` connections on `runs_per_level` fresh runs for `seconds` or `max_requests` requests."""
+        runs = await self.create_runs(runs_per_level)
+        plan = self.plan(runs, runs_per_level * self.per_run, spread=True)
+        warm, timed = plan[:level], plan[level:level + max_requests]
+        bad_before = self.bad
+        conns = await self.http.connect_many(level)
+        await self.drive(conns, warm)  # one request per connection, untimed
+        cpu0, mine0, t0 = proc_cpu_seconds(self.pid), self_cpu_seconds(), time.perf_counter()
+        done = await self.drive(conns, timed, deadline=t0 + seconds)
+        wall = time.perf_counter() - t0
+        cpu = proc_cpu_seconds(self.pid) - cpu0
+        mine = self_cpu_seconds() - mine0
+        rss, hwm = proc_rss_kb(self.pid)
+        latencies = sorted(self.latencies)
+        self.http.close(conns)
+        await self.end_runs(runs, {})
+        rss_after_end, _ = proc_rss_kb(self.pid)
+        return {"concurrency": level, "requests": done, "seconds": wall, "rps": done / wall,
+                "bad": self.bad - bad_before, "server_cpu_us_per_req": cpu / max(1, done) * 1e6,
+                "server_cpu_util": cpu / wall, "client_cpu_util": mine / wall,
+                "client_cpu_us_per_req": mine / max(1, done) * 1e6,
+                "p50_ms": percentile(latencies, 0.5) * 1e3, "p99_ms": percentile(latencies, 0.99) * 1e3,
+                "max_ms": latencies[-1] * 1e3 if latencies else float("nan"),
+                "rss_kb": rss, "hwm_kb": hwm, "rss_after_end_kb": rss_after_end}
 
     async def run(self) -> dict[str, Any]:
         phase = self.config["phase"]
@@ -673,9 +672,7 @@ class Client:
             elif kind == "burst":
                 result = await self.burst(int(phase["requests"]), int(phase["concurrency"]))
             elif kind == "scale":
-                result = await self.scale([int(c) for c in phase["levels"]], int(phase["runs"]),
-                                          float(phase["seconds"]), int(phase["max_requests"]),
-                                          int(phase.get("passes", 1)))
+                result = (await scale_paired([self], phase))[0]
             else:
                 raise ValueError(f"unknown phase {kind!r}")
         finally:
@@ -716,11 +713,37 @@ async def ttfb_paired(clients: list[Client], requests: int, warm: int = 20) -> l
     return out
 
 
+async def scale_paired(clients: list[Client], phase: dict[str, Any]) -> list[dict[str, Any]]:
+    """The scale phase against each client's server: {"levels": [...], "rss_start_kb"} per client.
+
+    A pass runs every level once, odd passes in reverse order, and each level on every server in
+    turn (the order of the servers flipping from level to level): a drift in the host's speed then
+    favours no level and no server, and what runs within one pass (seconds apart) can be compared
+    pairwise. Every measurement carries its pass number.
+    """
+    levels = [int(c) for c in phase["levels"]]
+    runs, seconds, most = int(phase["runs"]), float(phase["seconds"]), int(phase["max_requests"])
+    out: list[dict[str, Any]] = [{"levels": [], "rss_start_kb": proc_rss_kb(c.pid)[0]} for c in clients]
+    turn = 0
+    for pass_no in range(int(phase.get("passes", 1))):
+        for level in levels if pass_no % 2 == 0 else levels[::-1]:
+            order = list(enumerate(clients))
+            for i, client in order if turn % 2 == 0 else order[::-1]:
+                measured = await client.scale_level(level, runs, seconds, most)
+                out[i]["levels"].append({"pass": pass_no, **measured})
+            turn += 1
+    return out
+
+
 async def run_paired(config: dict[str, Any]) -> dict[str, Any]:
-    """The ttfb phase against every server in `config["targets"]` at once: {target: result}."""
+    """The ttfb or scale phase against every server in `config["targets"]` at once: {target: result}."""
     clients = [Client({**config, **target}) for target in config["targets"]]
+    phase = config["phase"]
     try:
-        results = await ttfb_paired(clients, int(config["phase"]["requests"]))
+        if phase["kind"] == "ttfb":
+            results = await ttfb_paired(clients, int(phase["requests"]))
+        else:
+            results = await scale_paired(clients, phase)
     finally:
         for client in clients:
             client.http.close()
@@ -734,8 +757,8 @@ def main(argv: list[str]) -> int:
     with open(argv[0]) as f:
         config = json.load(f)
     paired = "targets" in config
-    if paired and config["phase"]["kind"] != "ttfb":
-        raise SystemExit("bench_client.py: several targets at once only for the ttfb phase")
+    if paired and config["phase"]["kind"] not in ("ttfb", "scale"):
+        raise SystemExit("bench_client.py: several targets at once only for the ttfb and scale phases")
     coro = run_paired(config) if paired else Client(config).run()
     try:
         import uvloop

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -51,8 +52,11 @@ def test_quick_benchmark_runs_and_prints_every_table(tmp_path: Path) -> None:
             for phase in ("ttfb", "burst"):
                 assert r[phase]["bad"] == 0, (target, phase, r[phase]["errors"])
                 assert r[phase]["run_failures"] == 0, (target, phase, r[phase]["errors"])
-    assert all(level["bad"] == 0 for level in results["scale"]["levels"]), results["scale"]["errors"]
-    assert [level["concurrency"] for level in results["scale"]["levels"]] == [1, 10, 100]
+    assert set(results["scale"]) == {"baseline", "mockllm"}
+    for target, scale in results["scale"].items():
+        assert all(level["bad"] == 0 for level in scale["levels"]), (target, scale["errors"])
+        assert scale["run_failures"] == 0, (target, scale["errors"])
+        assert [(level["pass"], level["concurrency"]) for level in scale["levels"]] == [(0, 1), (0, 10), (0, 100)]
     for size in results["loading"]:
         assert size["mismatches"] == [], size["mismatches"]
     assert all(size["events"] >= wanted for size, wanted in zip(results["loading"], (5_000, 20_000), strict=True))
@@ -240,3 +244,22 @@ def test_client_verifier_checks_bytes_per_id_and_which_session_answered() -> Non
             verifier(200, hdrs, body, key)
     verifier.forget({"run-1"})
     verifier(200, headers, _sse("chatcmpl-mockllm-1-0", parts), ("run-1", 0))  # run-1's accounting dropped
+
+
+def test_scale_alternates_the_order_of_levels_and_of_servers() -> None:
+    """Drift in the host's speed must favour no level and no server: the order flips (see scale_paired)."""
+    seen: list[tuple[str, int]] = []
+
+    class FakeClient:
+        def __init__(self, name: str) -> None:
+            self.name, self.pid = name, os.getpid()
+
+        async def scale_level(self, level: int, runs: int, seconds: float, most: int) -> dict[str, int]:
+            seen.append((self.name, level))
+            return {"concurrency": level}
+
+    clients = [FakeClient("a"), FakeClient("b")]
+    phase = {"levels": [1, 10], "runs": 1, "seconds": 0.1, "max_requests": 1, "passes": 2}
+    out = asyncio.run(bench_client.scale_paired(clients, phase))  # type: ignore[arg-type]
+    assert seen == [("a", 1), ("b", 1), ("b", 10), ("a", 10), ("a", 10), ("b", 10), ("b", 1), ("a", 1)]
+    assert [(m["pass"], m["concurrency"]) for m in out[0]["levels"]] == [(0, 1), (0, 10), (1, 10), (1, 1)]
