@@ -12,16 +12,18 @@ Processes. Each server runs in its own process, on uvloop: mockllm as `python -m
 DIR --port 0` (the shipped command: it loads with load_suite, serves with start_server and picks
 uvloop), and the baseline as scripts/bench_baseline.py (a bare aiohttp handler writing mockllm's
 pre-rendered SSE frames for the same call: one write per event for streaming, mockllm's own two
-writes for scale). The load client (scripts/bench_client.py: a minimal HTTP/1.1 keep-alive client
-on raw asyncio protocols and uvloop, not aiohttp's client, whose per-request CPU on 2 cores
-exceeded the server's) is a third process, started afresh for each phase; the same client drives
-the baseline and mockllm. It reads the server's CPU time (utime+stime from /proc/PID/stat) and RSS
-(/proc/PID/status) before and after its timed part, and its own CPU time (getrusage). Load
-measurements run in a fresh interpreter each (scripts/bench_load.py). See those files for how
-each number is taken.
+writes for scale). The load client (scripts/bench_client.py) is a third process, started afresh
+for each phase; the same client drives the baseline and mockllm. It has two HTTP clients: aiohttp's
+own, and a minimal HTTP/1.1 keep-alive client on raw asyncio protocols, cheaper per request than
+the server. Streaming runs with each (`--stream-clients`), a table each: with aiohttp's client the
+client is the busier process in mockllm's burst and adds its own time to every TTFB; the raw one
+leaves the server the bottleneck. Scale runs with the raw client only, for that reason. The client
+reads the server's CPU time (utime+stime from /proc/PID/stat) and RSS (/proc/PID/status) before
+and after its timed part, and its own CPU time (getrusage). Load measurements run in a fresh
+interpreter each (scripts/bench_load.py). See those files for how each number is taken.
 
-1. Streaming: the served call is 64 text deltas (+ usage, [DONE]); the request carries a ~1 KB
-   chat body with stream_options.include_usage. Per round: TTFB over sequential requests (time to
+1. Streaming, per load client: the served call is 64 text deltas (+ usage, [DONE]); the request
+   carries a ~1 KB chat body with stream_options.include_usage. Per round: TTFB over sequential requests (time to
    the first body byte; one client alternates its requests between baseline and mockllm, so the
    host's drift in speed hits both alike), then, baseline then mockllm, a burst of N requests over
    32 connections (requests/s, server CPU per request). Each number is the median over rounds.
@@ -76,6 +78,7 @@ SESSIONS = 16  # recorded sessions in the stream scenario: a primary and 15 spaw
 CALLS_PER_SESSION = 8
 DELTAS = 64
 CLIENT = "raw asyncio HTTP/1.1"
+CLIENTS = {"raw": CLIENT, "aiohttp": "aiohttp's client"}  # bench_client.py's two HTTP clients
 
 
 @dataclass
@@ -92,6 +95,7 @@ class Config:
     scale_passes: int
     phases: set[str]
     client_timeout: float
+    stream_clients: list[str] = field(default_factory=lambda: ["raw", "aiohttp"])
     json: Path | None = None
     keep: Path | None = None
 
@@ -335,13 +339,13 @@ class Bench:
             self.workdir / f"baseline-{writes}.stderr", r"listening on (http://\S+)")
         return Server(proc, match.group(1))
 
-    def client(self, target: str, server: Server, phase: dict[str, Any]) -> dict[str, Any]:
+    def client(self, target: str, server: Server, phase: dict[str, Any], client: str = "raw") -> dict[str, Any]:
         return self._client(f"{target}-{phase['kind']}", phase, target=target, base_url=server.base_url,
-                            pid=server.pid)
+                            pid=server.pid, client=client)
 
-    def client_paired(self, servers: dict[str, Server], phase: dict[str, Any]) -> dict[str, Any]:
+    def client_paired(self, servers: dict[str, Server], phase: dict[str, Any], client: str = "raw") -> dict[str, Any]:
         """One client process alternating its requests between `servers`: {target: result}."""
-        return self._client(f"paired-{phase['kind']}", phase, targets=[
+        return self._client(f"paired-{phase['kind']}", phase, client=client, targets=[
             {"target": t, "base_url": s.base_url, "pid": s.pid} for t, s in servers.items()])
 
     def _client(self, label: str, phase: dict[str, Any], **where: Any) -> dict[str, Any]:
@@ -357,18 +361,24 @@ class Bench:
         cfg = self.config
         baseline, mock = self.start_baseline("per-event"), self.start_mockllm("mockllm-stream")
         servers = {"baseline": baseline, "mockllm": mock}
-        rounds: dict[str, list[dict[str, Any]]] = {"baseline": [], "mockllm": []}
+        self.results["streaming"] = {}
         try:
-            for _ in range(cfg.rounds):
-                ttfb = self.client_paired(servers, {"kind": "ttfb", "requests": cfg.ttfb_requests})
-                for target, server in servers.items():
-                    burst = self.client(target, server, {"kind": "burst", "requests": cfg.burst_requests,
-                                                         "concurrency": cfg.concurrency})
-                    rounds[target].append({"ttfb": ttfb[target], "burst": burst})
+            for client in cfg.stream_clients:
+                rounds: dict[str, list[dict[str, Any]]] = {"baseline": [], "mockllm": []}
+                for _ in range(cfg.rounds):
+                    ttfb = self.client_paired(servers, {"kind": "ttfb", "requests": cfg.ttfb_requests}, client)
+                    for target, server in servers.items():
+                        burst = self.client(target, server, {"kind": "burst", "requests": cfg.burst_requests,
+                                                             "concurrency": cfg.concurrency}, client)
+                        rounds[target].append({"ttfb": ttfb[target], "burst": burst})
+                self.results["streaming"][client] = rounds
+                self.streaming_table(CLIENTS[client], rounds)
         finally:
             self.procs.stop(baseline.proc)
             self.procs.stop(mock.proc)
-        self.results["streaming"] = rounds
+
+    def streaming_table(self, client: str, rounds: dict[str, list[dict[str, Any]]]) -> None:
+        cfg = self.config
 
         def med(target: str, phase: str, key: str) -> float:
             return statistics.median(r[phase][key] for r in rounds[target])
@@ -380,7 +390,7 @@ class Bench:
         table = Table(f"1. Streaming: {DELTAS} text deltas per response; TTFB (to the first body byte) over "
                       f"{cfg.ttfb_requests} sequential requests per server, alternating between the servers; "
                       f"burst of {cfg.burst_requests} over "
-                      f"{cfg.concurrency} connections; median of {cfg.rounds} round(s); load client: {CLIENT}",
+                      f"{cfg.concurrency} connections; median of {cfg.rounds} round(s); load client: {client}",
                       ["metric", "baseline", "mockllm", "ratio", "target"])
         b_rps, m_rps = med("baseline", "burst", "rps"), med("mockllm", "burst", "rps")
         table.add("burst requests/s", b_rps, m_rps, m_rps / b_rps, ">= 1.0x", passed=m_rps / b_rps >= 1.0)
@@ -610,6 +620,8 @@ def parse_args(argv: list[str]) -> Config:
     parser.add_argument("--scale-seconds", type=float)
     parser.add_argument("--scale-passes", type=int)
     parser.add_argument("--only", default="stream,load,scale", help="phases to run: stream,load,scale")
+    parser.add_argument("--stream-clients", default="raw,aiohttp",
+                        help="load clients for the streaming phase, each its own table: raw,aiohttp")
     parser.add_argument("--json", type=Path, help="also write every measurement here as JSON")
     parser.add_argument("--keep", type=Path, help="work in this folder and keep it (default: a temp folder)")
     args = parser.parse_args(argv)
@@ -621,7 +633,11 @@ def parse_args(argv: list[str]) -> Config:
     phases = {p.strip() for p in args.only.split(",") if p.strip()}
     if not phases <= {"stream", "load", "scale"}:
         parser.error(f"--only: unknown phase(s) {sorted(phases - {'stream', 'load', 'scale'})}")
-    return Config(phases=phases, json=args.json, keep=args.keep, **base)  # type: ignore[arg-type]
+    clients = [c.strip() for c in args.stream_clients.split(",") if c.strip()]
+    if not clients or not set(clients) <= set(CLIENTS):
+        parser.error(f"--stream-clients: expected some of {', '.join(CLIENTS)}")
+    return Config(phases=phases, json=args.json, keep=args.keep, stream_clients=clients,
+                  **base)  # type: ignore[arg-type]
 
 
 def main(argv: list[str]) -> int:

@@ -17,8 +17,10 @@ RSS from /proc), `scenario`, `sessions` and `calls_per_session` (the shape of th
                       fresh runs for S seconds or M requests (with `targets`: each level on
                       every server in turn; see scale_paired)
 
-Why not aiohttp's client: on 2 cores its per-request cost is higher than the server's, so at high
-concurrency the benchmark measured the client. This one is an asyncio.Protocol per connection: a
+Two clients (CONFIG `client`). `"aiohttp"`: aiohttp's own client, one ClientSession (a pool of one
+connection) per worker; TTFB is taken when the first body chunk is read. `"raw"` (the default):
+on 2 cores aiohttp's per-request cost is higher than mockllm's, so at high concurrency aiohttp's
+client measures itself; the raw client is an asyncio.Protocol per connection: a
 request is one transport.write of bytes built before the timing starts (request line, Host,
 Content-Type, Content-Length, x-mockllm-session, the body); the response is parsed incrementally
 as it arrives: status line, headers, then the body framed by `Transfer-Encoding: chunked` (what an
@@ -413,13 +415,21 @@ class Http:
         self.admin: Connection | None = None
         self._watchdog: asyncio.Task[None] | None = None
 
-    def build(self, method: str, path: str, headers: dict[str, str], body: bytes = b"") -> bytes:
+    def build(self, method: str, path: str, headers: dict[str, str], body: bytes = b"") -> Any:
+        """One timed request, prepared ahead of the timing for what `connect` returns."""
+        return self.build_raw(method, path, headers, body)
+
+    def build_raw(self, method: str, path: str, headers: dict[str, str], body: bytes = b"") -> bytes:
         """The bytes of one request, sent as they are."""
         lines = [f"{method} {path} HTTP/1.1", f"Host: {self.authority}",
                  *(f"{k}: {v}" for k, v in headers.items()), f"Content-Length: {len(body)}", "", ""]
         return "\r\n".join(lines).encode("latin-1") + body
 
-    async def connect(self) -> Connection:
+    async def connect(self) -> Any:
+        """A new connection for timed requests (see AiohttpHttp for the other client)."""
+        return await self.connect_raw()
+
+    async def connect_raw(self) -> Connection:
         loop = asyncio.get_running_loop()
         if self._watchdog is None:
             self._watchdog = loop.create_task(self._watch())
@@ -427,12 +437,16 @@ class Http:
         self.conns.add(conn)
         return conn
 
-    async def connect_many(self, count: int, batch: int = 100) -> list[Connection]:
+    async def connect_many(self, count: int, batch: int = 100) -> list[Any]:
         """`count` connections, opened `batch` at a time (a burst of SYNs past the listen backlog stalls)."""
-        out: list[Connection] = []
+        out: list[Any] = []
         while len(out) < count:
             out += await asyncio.gather(*(self.connect() for _ in range(min(batch, count - len(out)))))
         return out
+
+    async def aclose(self, conns: list[Any] | None = None) -> None:
+        """Close `conns`, or every connection and the watchdog."""
+        self.close(conns)
 
     def close(self, conns: list[Connection] | None = None) -> None:
         for conn in list(self.conns) if conns is None else conns:
@@ -455,14 +469,74 @@ class Http:
     async def call_json(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         """One admin request (on its own connection) answered with JSON: (status, decoded body)."""
         if self.admin is None or not self.admin.open:
-            self.admin = await self.connect()
+            self.admin = await self.connect_raw()
         data = b"" if body is None else json.dumps(body).encode()
         headers = {"Content-Type": "application/json"} if body is not None else {}
-        status, _, payload, _ = await self.admin.request(self.build(method, path, headers, data))
+        status, _, payload, _ = await self.admin.request(self.build_raw(method, path, headers, data))
         try:
             return status, msgspec.json.decode(payload)
         except msgspec.DecodeError:
             raise HTTPError(f"{method} {path} answered {status} with non-JSON {payload[:200]!r}") from None
+
+
+class AiohttpConnection:
+    """One keep-alive connection through aiohttp's client: a session whose pool holds one connection.
+
+    `request` sends one prepared request and returns what Connection.request does; the time to
+    first byte is taken when the first body chunk is read (aiohttp has parsed the head by then).
+    """
+
+    def __init__(self, base_url: str, timeout: float) -> None:
+        import aiohttp
+
+        self._errors = (aiohttp.ClientError, asyncio.TimeoutError)
+        self.session = aiohttp.ClientSession(
+            base_url, connector=aiohttp.TCPConnector(limit=1), timeout=aiohttp.ClientTimeout(total=timeout),
+            auto_decompress=False)
+        self.open = True
+
+    async def request(self, prepared: tuple[str, str, dict[str, str], bytes]) -> Response:
+        method, path, headers, body = prepared
+        try:
+            async with self.session.request(method, path, data=body, headers=headers) as response:
+                head = await response.content.readany()
+                first = time.perf_counter()
+                rest = await response.content.read()
+                content_type = response.headers.get("Content-Type", "").encode()
+                return response.status, {b"content-type": content_type}, head + rest, first
+        except self._errors as exc:
+            raise HTTPError(f"{type(exc).__name__}: {exc}") from None
+
+    async def close(self) -> None:
+        self.open = False
+        await self.session.close()
+
+
+class AiohttpHttp(Http):
+    """Http whose timed requests go through aiohttp's client (`"client": "aiohttp"`); admin calls stay raw."""
+
+    def __init__(self, base_url: str, timeout: float) -> None:
+        super().__init__(base_url, timeout)
+        self.base_url = base_url
+        self.sessions: set[AiohttpConnection] = set()
+
+    def build(self, method: str, path: str, headers: dict[str, str], body: bytes = b"") -> Any:
+        return (method, path, headers, body)
+
+    async def connect(self) -> AiohttpConnection:
+        conn = AiohttpConnection(self.base_url, self.timeout)
+        self.sessions.add(conn)
+        return conn
+
+    async def aclose(self, conns: list[Any] | None = None) -> None:
+        for conn in list(self.sessions) if conns is None else conns:
+            await conn.close()
+            self.sessions.discard(conn)
+        if conns is None:
+            self.close()
+
+
+CLIENTS = {"raw": (Http, CLIENT), "aiohttp": (AiohttpHttp, "aiohttp's client (one session per connection)")}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -500,7 +574,7 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[k]
 
 
-Request = tuple[bytes, tuple[str, int] | None]  # the bytes to send; (run, live session) for the accounting
+Request = tuple[Any, tuple[str, int] | None]  # the prepared request; (run, live session) for the accounting
 
 
 class Client:
@@ -512,7 +586,8 @@ class Client:
         self.calls_per_session = int(config["calls_per_session"])
         self.per_run = self.sessions * self.calls_per_session
         self.body = json.dumps(config["body"]).encode()
-        self.http = Http(config["base_url"], float(config.get("request_timeout", 60)))
+        http, self.client_name = CLIENTS[config.get("client", "raw")]
+        self.http = http(config["base_url"], float(config.get("request_timeout", 60)))
         self.verify = Verifier(int(config["deltas"]), config["text"], self.sessions, self.calls_per_session)
         self.errors: list[str] = []
         self.bad = 0
@@ -569,7 +644,7 @@ class Client:
 
     # -- requests -----------------------------------------------------------------------------
 
-    async def one(self, conn: Connection, request: Request) -> float | None:
+    async def one(self, conn: Any, request: Request) -> float | None:
         """One streamed request, verified; returns its time to first body byte, None when it failed."""
         t0 = time.perf_counter()
         try:
@@ -581,7 +656,7 @@ class Client:
             self.note(f"{type(exc).__name__}: {exc}")
             return None
 
-    async def drive(self, conns: list[Connection], plan: list[Request], deadline: float | None = None) -> int:
+    async def drive(self, conns: list[Any], plan: list[Request], deadline: float | None = None) -> int:
         """Send `plan` over `conns` (a worker per connection, one request at a time); returns requests done."""
         it = iter(plan)
         done = 0
@@ -589,7 +664,7 @@ class Client:
         perf = time.perf_counter
         verify = self.verify
 
-        async def worker(conn: Connection) -> None:
+        async def worker(conn: Any) -> None:
             nonlocal done
             for data, key in it:
                 t0 = perf()
@@ -627,7 +702,7 @@ class Client:
         wall = time.perf_counter() - t0
         cpu = proc_cpu_seconds(self.pid) - cpu0
         mine = self_cpu_seconds() - mine0
-        self.http.close(conns)
+        await self.http.aclose(conns)
         counts = {r: self.per_run for r in runs}
         if requests % self.per_run:
             counts[runs[-1]] = requests % self.per_run
@@ -652,7 +727,7 @@ class Client:
         mine = self_cpu_seconds() - mine0
         rss, hwm = proc_rss_kb(self.pid)
         latencies = sorted(self.latencies)
-        self.http.close(conns)
+        await self.http.aclose(conns)
         await self.end_runs(runs, {})
         rss_after_end, _ = proc_rss_kb(self.pid)
         return {"concurrency": level, "requests": done, "seconds": wall, "rps": done / wall,
@@ -676,13 +751,13 @@ class Client:
             else:
                 raise ValueError(f"unknown phase {kind!r}")
         finally:
-            self.http.close()
+            await self.http.aclose()
         return self.report(result)
 
     def report(self, result: dict[str, Any]) -> dict[str, Any]:
         rss, hwm = proc_rss_kb(self.pid)
-        return {**result, "target": self.config["target"], "phase": self.config["phase"]["kind"], "client": CLIENT,
-                "bad": self.bad, "errors": self.errors, "run_failures": self.run_failures,
+        return {**result, "target": self.config["target"], "phase": self.config["phase"]["kind"],
+                "client": self.client_name, "bad": self.bad, "errors": self.errors, "run_failures": self.run_failures,
                 "unconsumed_runs": self.unconsumed, "server_rss_kb": rss, "server_hwm_kb": hwm}
 
 
@@ -746,7 +821,7 @@ async def run_paired(config: dict[str, Any]) -> dict[str, Any]:
             results = await scale_paired(clients, phase)
     finally:
         for client in clients:
-            client.http.close()
+            await client.http.aclose()
     return {client.config["target"]: client.report(result) for client, result in zip(clients, results, strict=True)}
 
 

@@ -47,11 +47,15 @@ def test_quick_benchmark_runs_and_prints_every_table(tmp_path: Path) -> None:
 
     report = json.loads(out.read_text())
     results = report["results"]
-    for target, rounds in results["streaming"].items():
-        for r in rounds:
-            for phase in ("ttfb", "burst"):
-                assert r[phase]["bad"] == 0, (target, phase, r[phase]["errors"])
-                assert r[phase]["run_failures"] == 0, (target, phase, r[phase]["errors"])
+    assert set(results["streaming"]) == {"raw", "aiohttp"}  # one streaming table per load client
+    assert "load client: aiohttp's client ==" in text and "load client: raw asyncio HTTP/1.1 ==" in text
+    for client, targets in results["streaming"].items():
+        for target, rounds in targets.items():
+            for r in rounds:
+                for phase in ("ttfb", "burst"):
+                    assert r[phase]["client"].startswith(client), (client, r[phase]["client"])
+                    assert r[phase]["bad"] == 0, (client, target, phase, r[phase]["errors"])
+                    assert r[phase]["run_failures"] == 0, (client, target, phase, r[phase]["errors"])
     assert set(results["scale"]) == {"baseline", "mockllm"}
     for target, scale in results["scale"].items():
         assert all(level["bad"] == 0 for level in scale["levels"]), (target, scale["errors"])
