@@ -532,7 +532,7 @@ class Bench:
             shutil.rmtree(suite, ignore_errors=True)
         self.results["loading"] = rows
         data = Table(f"2. Loading: load_suite vs msgspec decode_lines of every line; best time of "
-                     f"{cfg.load_repeats} fresh process(es), median peak RSS growth (ru_maxrss)",
+                     f"{cfg.load_repeats} fresh process(es), median peak RSS growth (VmHWM over VmRSS before)",
                      ["suite (logical events)", "trees", "logs", "forks", "calls", "MiB on disk", "decode (s)",
                       "decode-each (s)", "load (s)", "load/decode", "load peak RSS (MiB)", "RSS/disk"])
         targets = Table("2. Loading targets", ["target", "measured", "limit"])
