@@ -427,37 +427,9 @@ class Bench:
             self.procs.stop(baseline.proc)
             self.procs.stop(mock.proc)
         self.results["scale"] = res
+        levels = scale_levels(res, cfg.levels)
         passes = sorted({m["pass"] for m in res["mockllm"]["levels"]})
-        at = {(t, m["pass"], m["concurrency"]): m for t in res for m in res[t]["levels"]}
         med = statistics.median
-
-        # This host's speed drifts by up to 2x within seconds, so nothing is compared across passes:
-        # within a pass, each level runs on both servers back to back, and the levels seconds apart.
-        # Per pass: a level's requests/s over the best lower level's (its change with concurrency),
-        # for each server. Flat or rising is judged on mockllm's change over min(1, the baseline's):
-        # where the bare stack holds or rises, mockllm must hold on its own; where the stack itself
-        # declines (1,000 sockets cost the kernel and the caches more per request), mockllm may decline
-        # as much, and no more: what is left is what mockllm adds.
-        def change(target: str, p: int, i: int) -> float:
-            rps = at[target, p, cfg.levels[i]]["rps"]
-            return rps / max(at[target, p, lv]["rps"] for lv in cfg.levels[:i])
-
-        levels = []
-        for i, c in enumerate(cfg.levels):
-            runs = [at["mockllm", p, c] for p in passes]
-            mine = [change("mockllm", p, i) for p in passes] if i else []
-            floor = [change("baseline", p, i) for p in passes] if i else []
-            levels.append({
-                "concurrency": c, "requests": sum(m["requests"] for m in runs), "first": runs[0],
-                "bad": sum(at[t, p, c]["bad"] for t in res for p in passes),
-                "change": mine, "baseline_change": floor,
-                "relative": [m / min(1.0, f) for m, f in zip(mine, floor, strict=True)],
-                "vs_baseline": [at["mockllm", p, c]["rps"] / at["baseline", p, c]["rps"] for p in passes],
-                "baseline_rps": med(at["baseline", p, c]["rps"] for p in passes),
-                "baseline_cpu": med(at["baseline", p, c]["server_cpu_us_per_req"] for p in passes),
-                **{k: med(m[k] for m in runs) for k in (
-                    "rps", "p50_ms", "p99_ms", "server_cpu_us_per_req", "server_cpu_util", "client_cpu_util",
-                    "client_cpu_us_per_req")}})
 
         def cell(ratios: list[float]) -> str:
             return f"{med(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})" if ratios else "-"
@@ -583,6 +555,43 @@ class Bench:
                 self.scale()
         finally:
             self.procs.stop_all()
+
+
+def scale_levels(res: dict[str, Any], levels: list[int]) -> list[dict[str, Any]]:
+    """Per concurrency level: mockllm's medians over passes, and the per-pass ratios that judge it.
+
+    This host's speed drifts by up to 2x within seconds, so nothing is compared across passes:
+    within a pass, each level runs on both servers back to back, and the levels seconds apart.
+    Per pass: a level's requests/s over the best lower level's (its change with concurrency), for
+    each server (`change`, `baseline_change`). Flat or rising is judged on `relative`, mockllm's
+    change over min(1, the baseline's): where the bare stack holds or rises, mockllm must hold on
+    its own; where the stack itself declines (1,000 sockets cost the kernel and the caches more
+    per request), mockllm may decline as much, and no more: what is left is what mockllm adds.
+    """
+    passes = sorted({m["pass"] for m in res["mockllm"]["levels"]})
+    at = {(t, m["pass"], m["concurrency"]): m for t in res for m in res[t]["levels"]}
+    med = statistics.median
+
+    def change(target: str, p: int, i: int) -> float:
+        return at[target, p, levels[i]]["rps"] / max(at[target, p, lv]["rps"] for lv in levels[:i])
+
+    out = []
+    for i, c in enumerate(levels):
+        runs = [at["mockllm", p, c] for p in passes]
+        mine = [change("mockllm", p, i) for p in passes] if i else []
+        floor = [change("baseline", p, i) for p in passes] if i else []
+        out.append({
+            "concurrency": c, "requests": sum(m["requests"] for m in runs), "first": runs[0],
+            "bad": sum(at[t, p, c]["bad"] for t in res for p in passes),
+            "change": mine, "baseline_change": floor,
+            "relative": [m / min(1.0, f) for m, f in zip(mine, floor, strict=True)],
+            "vs_baseline": [at["mockllm", p, c]["rps"] / at["baseline", p, c]["rps"] for p in passes],
+            "baseline_rps": med(at["baseline", p, c]["rps"] for p in passes),
+            "baseline_cpu": med(at["baseline", p, c]["server_cpu_us_per_req"] for p in passes),
+            **{k: med(m[k] for m in runs) for k in (
+                "rps", "p50_ms", "p99_ms", "server_cpu_us_per_req", "server_cpu_util", "client_cpu_util",
+                "client_cpu_us_per_req")}})
+    return out
 
 
 def check_manifest(load: dict[str, Any], manifest: dict[str, Any]) -> list[str]:

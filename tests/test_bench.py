@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -24,6 +25,7 @@ from mockllm.scenario import load_suite
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 
+import bench  # noqa: E402
 import bench_client  # noqa: E402
 import make_synthetic  # noqa: E402
 
@@ -267,3 +269,29 @@ def test_scale_alternates_the_order_of_levels_and_of_servers() -> None:
     out = asyncio.run(bench_client.scale_paired(clients, phase))  # type: ignore[arg-type]
     assert seen == [("a", 1), ("b", 1), ("b", 10), ("a", 10), ("a", 10), ("b", 10), ("b", 1), ("a", 1)]
     assert [(m["pass"], m["concurrency"]) for m in out[0]["levels"]] == [(0, 1), (0, 10), (1, 10), (1, 1)]
+
+
+def _scale_result(rps: dict[str, list[list[float]]]) -> dict[str, Any]:
+    """A scale result as scale_paired returns it: rps[target][pass][level index]."""
+    levels = [1, 10, 100]
+    return {target: {"levels": [
+        {"pass": p, "concurrency": c, "rps": r, "requests": 100, "bad": 0, "p50_ms": 1.0, "p99_ms": 2.0,
+         "server_cpu_us_per_req": 1e6 / r, "server_cpu_util": 1.0, "client_cpu_util": 0.5, "client_cpu_us_per_req": 9.0}
+        for p, row in enumerate(passes) for c, r in zip(levels, row, strict=True)]} for target, passes in rps.items()}
+
+
+@pytest.mark.parametrize(("mockllm", "baseline", "relative"), [
+    ([100, 200, 200], [100, 200, 200], 1.0),   # flat after the climb: holds
+    ([100, 200, 160], [100, 200, 160], 1.0),   # declines exactly as the bare stack does: holds
+    ([100, 200, 140], [100, 200, 160], 0.875),  # declines more than the stack: what mockllm adds
+    ([100, 200, 170], [100, 200, 260], 0.85),  # the stack rises; mockllm must still hold on its own
+])
+def test_scale_judges_each_level_against_the_best_lower_one_and_the_stack(mockllm, baseline, relative) -> None:
+    # Two passes at different host speeds: the judgement compares only within a pass.
+    res = _scale_result({"mockllm": [mockllm, [x / 2 for x in mockllm]],
+                         "baseline": [baseline, [x / 2 for x in baseline]]})
+    levels = bench.scale_levels(res, [1, 10, 100])
+    assert levels[0]["relative"] == []
+    assert levels[1]["change"] == pytest.approx([2.0, 2.0])
+    assert levels[2]["relative"] == pytest.approx([relative, relative])
+    assert levels[2]["rps"] == pytest.approx(0.75 * mockllm[2])  # median over the two passes
