@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 import mockllm.server
 from tests.conftest import assert_mock_error, http
@@ -213,3 +215,29 @@ async def test_bad_requests_do_not_disturb_another_run(serve, scenario):
         assert status == 400
     await still_serves(base_a, "second")
     await still_serves(base_b, "first answer")
+
+
+async def test_a_body_that_arrives_after_its_head_is_read_in_full(serve, scenario, monkeypatch):
+    """Bodies all buffered when the handler runs are taken as they are; the rest are awaited."""
+    reading = asyncio.Event()
+    real_read = web.BaseRequest.read
+
+    async def read(request: web.BaseRequest) -> bytes:
+        reading.set()  # the handler is waiting for a body that is still on its way
+        return await real_read(request)
+
+    monkeypatch.setattr(web.BaseRequest, "read", read)
+    server = await serve(scenario)
+    _, base = await new_run(server)
+    data = json.dumps(GOOD).encode()
+
+    async def body_in_two_parts():
+        yield data[:10]
+        await asyncio.wait_for(reading.wait(), 10)  # fails the request, not the suite, if never read
+        yield data[10:]
+
+    async with aiohttp.ClientSession() as session, session.post(
+            f"{base}/chat/completions", data=body_in_two_parts(), headers={"Content-Type": "application/json"}) as resp:
+        assert resp.status == 200, await resp.text()
+        assert (await resp.json())["choices"][0]["message"]["content"] == "first answer"
+    assert reading.is_set()
