@@ -7,8 +7,9 @@ import contextlib
 import gc
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -68,12 +69,13 @@ def serve_forever(path: Path, *, host: str, port: int, session_headers: Sequence
         print(f"mockllm: scenario {name} is broken and will not be served:\n{error}", file=sys.stderr)
     for name in suite.skipped:
         print(f"mockllm: skipped {path / name}: not a scenario", file=sys.stderr)
+    run: Callable[[Coroutine[Any, Any, None]], None] = asyncio.run
     with contextlib.suppress(ImportError):
         import uvloop
 
-        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+        run = uvloop.run  # not an event loop policy: asyncio deprecates those from Python 3.14
     try:
-        asyncio.run(_serve(suite, host, port, session_headers, headerless, cwd))
+        run(_serve(suite, host, port, session_headers, headerless, cwd))
     except OSError as exc:
         print(f"mockllm: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
         return 1
