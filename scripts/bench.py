@@ -110,7 +110,7 @@ class Server:
         return self.proc.pid
 
 
-FULL = dict(events=[100_000, 1_000_000], load_repeats=3, ttfb_requests=1000, burst_requests=8192, concurrency=32,
+FULL = dict(events=[100_000, 1_000_000], load_repeats=5, ttfb_requests=1000, burst_requests=8192, concurrency=32,
             rounds=5, levels=[1, 10, 100, 1000], scale_runs=100, scale_seconds=1.0, scale_passes=5,
             client_timeout=180.0)
 QUICK = dict(events=[5_000, 20_000], load_repeats=1, ttfb_requests=40, burst_requests=256, concurrency=32,
