@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """mockllm's benchmark: streaming throughput, loading, scale. Prints one table per target.
 
-    python3 scripts/bench.py            the full benchmark (about 2 minutes on 2 cores)
+    python3 scripts/bench.py            the full benchmark (about 2.5 minutes on 2 cores)
     python3 scripts/bench.py --quick    a tiny configuration (seconds): checks that it all works
     python3 scripts/bench.py --only stream,scale --rounds 1 ...   (see --help)
 
@@ -23,12 +23,12 @@ and after its timed part, and its own CPU time (getrusage). Load measurements ru
 interpreter each (scripts/bench_load.py). See those files for how each number is taken.
 
 1. Streaming, per load client: the served call is 64 text deltas (+ usage, [DONE]); the request
-   carries a ~1 KB chat body with stream_options.include_usage. Per round: TTFB over sequential requests (time to
-   the first body byte; one client alternates its requests between baseline and mockllm, so the
-   host's drift in speed hits both alike), then, baseline then mockllm, a burst of N requests over
-   32 connections (requests/s, server CPU per request). Each number is the median over rounds.
-   mockllm requests go to runs made ahead of time, each request with its own live session (see
-   bench_client.py); every response is verified.
+   carries a ~1 KB chat body with stream_options.include_usage. Per round: TTFB over sequential
+   requests (time to the first body byte; one client alternates its requests between baseline and
+   mockllm, so the host's drift in speed hits both alike), then, baseline then mockllm, a burst of
+   N requests over 32 connections (requests/s, server CPU per request). Each number is the median
+   over rounds. mockllm requests go to runs made ahead of time, each request with its own live
+   session (see bench_client.py); every response is verified.
 2. Loading: scripts/make_synthetic.py writes suites of the asked sizes (logical events); each is
    measured with load_suite against a decode-only floor (msgspec decode_lines of every log line),
    best time of `--load-repeats` fresh processes each, median peak RSS.
