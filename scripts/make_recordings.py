@@ -63,6 +63,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 BASE_TIME = 1_790_000_000_000  # epoch ms of every primary's createdAt
 CWD = "/tmp/mockllm-demo"
 MODEL = {"provider": "deepseek-official", "model": "deepseek-v4-flash"}
@@ -548,11 +550,7 @@ def encode_log(header: dict[str, Any], events: list[dict[str, Any]], layout: str
     rows = events if layout == "unpacked" else pack(events)
     if layout == "projected":
         rows = [{k: v for k, v in row.items() if k not in ("seq", "time", "seq0", "time0")} for row in rows]
-    return "".join(dumps(row) + "\n" for row in [header, *rows]).encode()
-
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return b"".join(msgspec.json.encode(row) + b"\n" for row in [header, *rows])
 
 
 def run_key(event: dict[str, Any]) -> tuple[Any, ...] | None:

@@ -37,7 +37,7 @@ import msgspec
 
 # One packing rule for the project: the recordings generator's (same folder: scripts/).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_recordings import pack
+from make_recordings import encode_log
 
 BASE_TIME = 1_790_000_000_000
 MODEL = {"provider": "deepseek-official", "model": "deepseek-v4-flash"}
@@ -290,17 +290,6 @@ class TreeWriter:
         turns = self.rng.randint(3, 6)
         self.session("session.jsonl", kind="primary", parent=None, seed=[], first_turn=1, turns=turns, depth=0,
                      created_at=BASE_TIME)
-
-
-# ---------------------------------------------------------------------------------------------
-# Rows: unpacked, packed, projected
-
-
-def encode_log(header: dict[str, Any], events: list[dict[str, Any]], layout: str) -> bytes:
-    rows = events if layout == "unpacked" else pack(events)
-    if layout == "projected":
-        rows = [{k: v for k, v in row.items() if k not in ("seq", "time", "seq0", "time0")} for row in rows]
-    return b"\n".join(_encode(row) for row in [header, *rows]) + b"\n"
 
 
 # ---------------------------------------------------------------------------------------------
