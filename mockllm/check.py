@@ -16,6 +16,7 @@ from typing import Any, Literal
 import msgspec
 
 from mockllm.errors import NotAScenarioError
+from mockllm.inspect import counted
 from mockllm.recording import CallChunk, Event, SessionLog
 from mockllm.scenario import Scenario, SessionScript, Suite, load_suite
 
@@ -92,15 +93,15 @@ def summary(suite: Suite, diagnostics: list[Diagnostic]) -> str:
     warnings = len(diagnostics) - errors
     sessions = sum(len(s.sessions) for s in suite.scenarios.values())
     entries = sum(len(x.entries) for s in suite.scenarios.values() for x in s.sessions)
-    loaded = _count(len(suite.scenarios), "scenario")
-    checked = f"{loaded} ({_count(sessions, 'session')}, {_count(entries, 'entry', 'entries')})"
+    loaded = counted(len(suite.scenarios), "scenario")
+    checked = f"{loaded} ({counted(sessions, 'session')}, {counted(entries, 'entry', 'entries')})"
     if suite.broken:
-        text = (f"FAILED: {_count(errors, 'error')} in {_count(len(suite.broken), 'broken scenario')} "
+        text = (f"FAILED: {counted(errors, 'error')} in {counted(len(suite.broken), 'broken scenario')} "
                 f"({', '.join(suite.broken)}); {checked} loaded")
     else:
         text = f"OK: {checked}"
     if warnings:
-        text += f", {_count(warnings, 'warning')}"
+        text += f", {counted(warnings, 'warning')}"
     if suite.skipped:
         text += f"; skipped (not scenarios): {', '.join(suite.skipped)}"
     return text
@@ -174,6 +175,3 @@ def _warn(session: SessionScript, line: int | None, message: str) -> Diagnostic:
     assert session.log is not None
     return Diagnostic(session.log.path, line, message, "warning")
 
-
-def _count(n: int, singular: str, plural: str | None = None) -> str:
-    return f"{n} {singular if n == 1 else (plural or singular + 's')}"

@@ -99,7 +99,7 @@ def describe_suite(suite: Suite) -> list[str]:
 
 def describe_scenario(scenario: Scenario) -> list[str]:
     total = sum(len(s.entries) for s in scenario.sessions)
-    lines = [f"{scenario.name}  ({_count(len(scenario.sessions), 'session')}, {_count(total, 'entry', 'entries')})"]
+    lines = [f"{scenario.name}  ({counted(len(scenario.sessions), 'session')}, {counted(total, 'entry', 'entries')})"]
     # Pad the columns that vary in width so a tree's sessions line up.
     file_width = max(len(s.file) for s in scenario.sessions)
     for session in scenario.sessions:
@@ -117,8 +117,8 @@ def describe_session(session: SessionScript, file_width: int = 0) -> str:
         session.file.ljust(file_width),
         session.kind.ljust(7),
         f"cut {session.cut:<3}",
-        f"{_count(session.events, 'event'):>10}",
-        f"{_count(len(session.entries), 'entry', 'entries'):>10}",
+        f"{counted(session.events, 'event'):>10}",
+        f"{counted(len(session.entries), 'entry', 'entries'):>10}",
         f"id {session.id}",
     ]
     if session.parent is not None:
@@ -134,7 +134,7 @@ def describe_entry(entry: Entry) -> str:
         status = f" {entry.status}" if entry.status is not None else ""
         gist = f"throw {entry.code}{status}: {_shorten(entry.message)}"
         if entry.chunks:
-            gist += f" (after {_count(len(entry.chunks), 'chunk')}: {describe_chunks(entry.chunks)})"
+            gist += f" (after {counted(len(entry.chunks), 'chunk')}: {describe_chunks(entry.chunks)})"
         return gist
     return describe_chunks(entry.chunks)
 
@@ -207,5 +207,6 @@ def _shorten(message: str) -> str:
     return flat if len(flat) <= GIST_MESSAGE_CHARS else flat[: GIST_MESSAGE_CHARS - 1] + "…"
 
 
-def _count(n: int, singular: str, plural: str | None = None) -> str:
+def counted(n: int, singular: str, plural: str | None = None) -> str:
+    """`1 entry`, `2 entries`: a number with its noun."""
     return f"{n} {singular if n == 1 else (plural or singular + 's')}"

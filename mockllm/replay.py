@@ -87,13 +87,13 @@ class Run:
         if binding.cursor >= len(session.entries):
             call = binding.cursor
             binding.cursor += 1  # later calls are counted too, so the report shows how far over it went
-            raise self._fail(
+            raise self.fail(ReplayFailure(
                 410, "script_exhausted",
                 f"run {self.id}: session {session.file} (recorded id {session.id}, live id {live_id}) made call "
                 f"{call + 1} but its script has {len(session.entries)} entries; the agent made more model calls "
                 "than were recorded: re-record the scenario, or append an entry in replay.override.json",
                 live_id, call,
-            )
+            ))
         turn = Turn(binding.script, binding.cursor, session, live_id)
         binding.cursor += 1
         return turn
@@ -106,23 +106,18 @@ class Run:
             chosen = next((i for i, s in enumerate(sessions) if i not in self._bound and s.entries), None)
         if chosen is None:
             bound = ", ".join(f"{sessions[b.script].file}<-{b.live_id}" for b in self._bound.values()) or "none"
-            raise self._fail(
+            raise self.fail(ReplayFailure(
                 404, "unrecorded_session",
                 f"run {self.id}: live session {live_id} is new, but every recorded session with model calls "
                 f"is already bound ({bound}); the agent started a session that was not recorded: re-record "
                 "the scenario, or send the recorded id in the x-mockllm-session header",
                 live_id, 0,
-            )
+            ))
         binding = self.bindings[live_id] = self._bound[chosen] = Binding(chosen, live_id)
         return binding
 
-    def _fail(self, status: int, code: str, message: str, session: str | None, call: int | None) -> ReplayFailure:
-        failure = ReplayFailure(status, code, message, session, call)
-        self.failures.append(failure)
-        return failure
-
     def fail(self, failure: ReplayFailure) -> ReplayFailure:
-        """Record a failure found outside the cursor logic (e.g. an unmatched template)."""
+        """Record a failure in the run's report, and return it (to raise or answer with)."""
         self.failures.append(failure)
         return failure
 
