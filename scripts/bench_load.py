@@ -21,32 +21,27 @@ imports: it did for the 100k-event suite.)
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
 from pathlib import Path
 
+from bench_client import proc_rss_kb  # a sibling script: /proc/PID/status
+
 LOG_FILE = re.compile(r"session(\.\d+)?\.jsonl")
-
-
-def _status_kb(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 def rss_before_kb() -> int:
     """The resident set now, with the high-water mark reset to it (Linux: /proc/self/clear_refs)."""
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
-    return _status_kb("VmRSS")
+    return proc_rss_kb(os.getpid())[0]
 
 
 def peak_kb() -> int:
     """The high-water mark of the resident set since rss_before_kb()."""
-    return _status_kb("VmHWM")
+    return proc_rss_kb(os.getpid())[1]
 
 
 def log_files(suite: Path) -> list[Path]:
