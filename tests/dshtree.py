@@ -10,20 +10,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-Row = dict[str, Any]
-Chunk = dict[str, Any]
+from tests.logbuilder import Chunk, Row, header, write_log
 
 MODEL = "deepseek-v4-flash"
-
-
-def header(session_id: str, *, created_at: int = 1_000, parent: str | None = None, seed: int | None = None,
-           cwd: str = "/recorded/cwd") -> Row:
-    head: Row = {"type": "session", "version": 0, "id": session_id, "createdAt": created_at, "cwd": cwd}
-    if parent is not None:
-        head["parentSession"] = parent
-    if seed is not None:
-        head["seedLength"] = seed
-    return head
 
 
 def _pieces(text: str) -> list[str]:
@@ -100,16 +89,6 @@ class Log:
             self.rows.append({"type": "step/end", "data": {"turn": turn, "step": step}})
         self.rows.append({"type": "turn/end", "data": {"turn": turn, "reason": {"kind": "completed"}}})
         return self
-
-
-def write_log(folder: Path, name: str, head: Row, rows: list[Row]) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps(head)]
-    lines += [json.dumps({"type": r["type"], "seq": seq, "time": 1_000 + seq, "data": r["data"]})
-              for seq, r in enumerate(rows)]
-    path = folder / name
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
 
 
 def write_override(folder: Path, entries: list[dict[str, Any]]) -> Path:
