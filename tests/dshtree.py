@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.logbuilder import Chunk, Row, header, write_log
+from tests.logbuilder import Chunk, Row, header, turn_rows, write_log
 
 MODEL = "deepseek-v4-flash"
 
@@ -79,15 +79,7 @@ class Log:
     def turn(self, prompt: str, *calls: list[Chunk]) -> Log:
         """A user turn: the prompt, then one step per model call."""
         self.turns += 1
-        turn = self.turns
-        self.rows.append({"type": "turn/start", "data": {"turn": turn, "trigger": {"kind": "message"}}})
-        self.rows.append({"type": "user/message", "data": {"content": [{"type": "text", "text": prompt}]}})
-        for step, chunks in enumerate(calls, start=1):
-            self.rows.append({"type": "step/start", "data": {"turn": turn, "step": step}})
-            self.rows += [{"type": "assistant/chunk", "data": {"turn": turn, "step": step, "chunk": c}}
-                          for c in chunks]
-            self.rows.append({"type": "step/end", "data": {"turn": turn, "step": step}})
-        self.rows.append({"type": "turn/end", "data": {"turn": turn, "reason": {"kind": "completed"}}})
+        self.rows += turn_rows(self.turns, prompt, *calls)
         return self
 
 
