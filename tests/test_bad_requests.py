@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 import mockllm.server
-from tests.conftest import assert_mock_error, http
+from tests.conftest import assert_mock_error, http, new_run
 from tests.dshtree import chunks_entry, header, text_call, write_log, write_override
 
 GOOD = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
@@ -40,12 +40,6 @@ async def still_serves(base: str, expected: str = "first answer") -> None:
     assert body["choices"][0]["message"]["content"] == expected
 
 
-async def new_run(server: Any) -> tuple[str, str]:
-    status, body = await http("POST", f"{server.base_url}/_mockllm/runs", {"scenario": "s"})
-    assert status == 201 and isinstance(body, dict)
-    return body["run"], body["base_url"]
-
-
 CHAT_BODIES = [
     (b"{not json", "not a chat completions request"),
     (b"", "not a chat completions request"),
@@ -68,7 +62,7 @@ CHAT_BODIES = [
     "messages-null", "stream-string", "stream-int", "stream-options-bool", "model-int", "empty-messages"])
 async def test_bad_chat_bodies(serve, scenario, data, needle):
     server = await serve(scenario)
-    run, base = await new_run(server)
+    run, base = await new_run(server.base_url, "s")
     status, body, headers = await raw("POST", f"{base}/chat/completions", data,
                                       {"Content-Type": "application/json", "x-mockllm-session": "agent"})
     message = assert_mock_error(status, body, headers, 400, "invalid_request")
@@ -86,7 +80,7 @@ async def test_huge_body_is_413(serve, scenario, monkeypatch):
     # create_app reads MAX_BODY when the app is built (its client_max_size): patch it before starting.
     monkeypatch.setattr(mockllm.server, "MAX_BODY", 4096)
     server = await serve(scenario)
-    _, base = await new_run(server)
+    _, base = await new_run(server.base_url, "s")
     under = {**GOOD, "messages": [{"role": "user", "content": "x" * 3000}]}
     over = {**GOOD, "messages": [{"role": "user", "content": "x" * 5000}]}
     status, body, headers = await raw("POST", f"{base}/chat/completions", json.dumps(over).encode(),
@@ -159,7 +153,7 @@ async def test_unknown_scenario(serve, scenario, method, path):
 ], ids=["chat", "models", "get", "delete"])
 async def test_unknown_run(serve, scenario, method, path):
     server = await serve(scenario)
-    _, base = await new_run(server)
+    _, base = await new_run(server.base_url, "s")
     status, body, headers = await raw(method, server.base_url + path, json.dumps(GOOD).encode())
     message = assert_mock_error(status, body, headers, 404, "unknown_run")
     assert "run-999" in message
@@ -168,14 +162,14 @@ async def test_unknown_run(serve, scenario, method, path):
 
 async def test_ended_run_is_unknown(serve, scenario):
     server = await serve(scenario)
-    run, base = await new_run(server)
+    run, base = await new_run(server.base_url, "s")
     await still_serves(base)
     status, _ = await http("DELETE", f"{server.base_url}/_mockllm/runs/{run}")
     assert status == 200
     status, body, headers = await raw("POST", f"{base}/chat/completions", json.dumps(GOOD).encode())
     message = assert_mock_error(status, body, headers, 404, "unknown_run")
     assert "POST /_mockllm/runs" in message
-    _, fresh = await new_run(server)
+    _, fresh = await new_run(server.base_url, "s")
     await still_serves(fresh)
 
 
@@ -207,8 +201,8 @@ async def test_bad_run_requests(serve, tmp_path, data, status, code):
 
 async def test_bad_requests_do_not_disturb_another_run(serve, scenario):
     server = await serve(scenario)
-    _, base_a = await new_run(server)
-    _, base_b = await new_run(server)
+    _, base_a = await new_run(server.base_url, "s")
+    _, base_b = await new_run(server.base_url, "s")
     await still_serves(base_a)
     for data in (b"{", b'{"messages": []}', b'{"messages": 1}'):
         status, _, _ = await raw("POST", f"{base_b}/chat/completions", data)
@@ -228,7 +222,7 @@ async def test_a_body_that_arrives_after_its_head_is_read_in_full(serve, scenari
 
     monkeypatch.setattr(web.BaseRequest, "read", read)
     server = await serve(scenario)
-    _, base = await new_run(server)
+    _, base = await new_run(server.base_url, "s")
     data = json.dumps(GOOD).encode()
 
     async def body_in_two_parts():
