@@ -47,10 +47,10 @@ async def http(method: str, url: str, json: object = None) -> tuple[int, object]
         return response.status, await response.json(content_type=None)
 
 
-async def new_run(base_url: str, scenario: str) -> tuple[str, str]:
-    """POST /_mockllm/runs: the new run's id and base URL."""
-    status, body = await http("POST", f"{base_url}/_mockllm/runs", {"scenario": scenario})
-    assert status == 201 and isinstance(body, dict)
+async def new_run(base_url: str, scenario: str, **extra: Any) -> tuple[str, str]:
+    """POST /_mockllm/runs (with `extra` fields, e.g. cwd): the new run's id and base URL."""
+    status, body = await http("POST", f"{base_url}/_mockllm/runs", {"scenario": scenario, **extra})
+    assert status == 201 and isinstance(body, dict), body
     return body["run"], body["base_url"]
 
 

@@ -10,7 +10,7 @@ import aiohttp
 import openai
 import pytest
 
-from tests.conftest import http
+from tests.conftest import http, new_run, run_state
 from tests.dshtree import (
     FORK_ARGS,
     MODEL,
@@ -30,20 +30,6 @@ PRIMARY = {"x-mockllm-session": "rec-primary"}
 
 def client(base_url: str, headers: dict[str, str] | None = None) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0, default_headers=headers or {})
-
-
-async def new_run(server: Any, scenario: str, **extra: Any) -> tuple[str, str]:
-    status, body = await http("POST", f"{server.base_url}/_mockllm/runs", {"scenario": scenario, **extra})
-    assert status == 201, body
-    assert isinstance(body, dict)
-    return body["run"], body["base_url"]
-
-
-async def run_state(server: Any, run: str) -> dict[str, Any]:
-    status, body = await http("GET", f"{server.base_url}/_mockllm/runs/{run}")
-    assert status == 200
-    assert isinstance(body, dict)
-    return body
 
 
 def ask(text: str = "hi") -> list[dict[str, Any]]:
@@ -80,7 +66,7 @@ def scripted(folder: Path, *entries: dict[str, Any]) -> Path:
 
 async def test_text_and_reasoning_streamed(serve, mixed):
     server = await serve(mixed)
-    _, base = await new_run(server, "mixed")
+    _, base = await new_run(server.base_url, "mixed")
     async with client(base, PRIMARY) as sdk:
         stream = await sdk.chat.completions.create(model="m", messages=ask(), stream=True,
                                                    stream_options={"include_usage": True})
@@ -94,7 +80,7 @@ async def test_text_and_reasoning_streamed(serve, mixed):
 
 async def test_text_and_reasoning_non_stream(serve, mixed):
     server = await serve(mixed)
-    _, base = await new_run(server, "mixed")
+    _, base = await new_run(server.base_url, "mixed")
     async with client(base, PRIMARY) as sdk:
         completion = await sdk.chat.completions.create(model="m", messages=ask())
     message = completion.choices[0].message
@@ -107,7 +93,7 @@ async def test_text_and_reasoning_non_stream(serve, mixed):
 
 async def test_tool_calls_accumulated_by_the_stream_helper(serve, mixed):
     server = await serve(mixed)
-    _, base = await new_run(server, "mixed")
+    _, base = await new_run(server.base_url, "mixed")
     async with client(base, PRIMARY) as sdk:
         await sdk.chat.completions.create(model="m", messages=ask())  # call 0: text
         finals = []
@@ -127,7 +113,7 @@ async def test_tool_calls_accumulated_by_the_stream_helper(serve, mixed):
 
 async def test_tool_calls_non_stream(serve, mixed):
     server = await serve(mixed)
-    _, base = await new_run(server, "mixed")
+    _, base = await new_run(server.base_url, "mixed")
     async with client(base, {"x-mockllm-session": "rec-spawn"}) as sdk:
         completion = await sdk.chat.completions.create(model="m", messages=ask())
     message = completion.choices[0].message
@@ -147,7 +133,7 @@ async def test_tool_calls_non_stream(serve, mixed):
 async def test_usage_chunk_only_with_include_usage(serve, tmp_path, stream_options, expected):
     use = usage(10, 7, cacheReadTokens=120, cacheWriteTokens=50, reasoningTokens=2)
     server = await serve(scripted(tmp_path / "s", chunks_entry(text_call("counted", use=use))))
-    _, base = await new_run(server, "s")
+    _, base = await new_run(server.base_url, "s")
     extra = {"stream_options": stream_options} if stream_options is not None else {}
     async with client(base) as sdk:
         got = await collect(await sdk.chat.completions.create(model="m", messages=ask(), stream=True, **extra))
@@ -171,7 +157,7 @@ FINISHES = [
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "non-stream"])
 async def test_finish_reasons(serve, tmp_path, reason, expected, content, stream):
     server = await serve(scripted(tmp_path / "s", _text_then(reason)))
-    _, base = await new_run(server, "s")
+    _, base = await new_run(server.base_url, "s")
     async with client(base) as sdk:
         if stream:
             got = await collect(await sdk.chat.completions.create(model="m", messages=ask(), stream=True))
@@ -184,7 +170,7 @@ async def test_finish_reasons(serve, tmp_path, reason, expected, content, stream
 async def test_empty_response_error_is_an_empty_stop(serve, tmp_path):
     entry = chunks_entry([finish("error", failure={"code": "EMPTY_RESPONSE", "message": "empty"})])
     server = await serve(scripted(tmp_path / "s", entry, entry))
-    _, base = await new_run(server, "s")
+    _, base = await new_run(server.base_url, "s")
     async with client(base) as sdk:
         got = await collect(await sdk.chat.completions.create(model="m", messages=ask(), stream=True))
         completion = await sdk.chat.completions.create(model="m", messages=ask())
@@ -208,7 +194,7 @@ THROWS = [
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "non-stream"])
 async def test_throw_is_the_providers_http_error(serve, tmp_path, throw, error, status, stream):
     server = await serve(scripted(tmp_path / "s", {"kind": "throw", "message": "provider refused", **throw}))
-    _, base = await new_run(server, "s")
+    _, base = await new_run(server.base_url, "s")
     async with client(base) as sdk:
         with pytest.raises(error) as caught:
             await sdk.chat.completions.create(model="m", messages=ask(), stream=stream)
@@ -222,7 +208,7 @@ async def test_throw_is_the_providers_http_error(serve, tmp_path, throw, error, 
 async def test_context_window_exceeded_is_a_400(serve, tmp_path):
     entry = _text_then({"kind": "error", "failure": {"code": "CONTEXT_WINDOW_EXCEEDED", "message": "too many"}})
     server = await serve(scripted(tmp_path / "s", entry))
-    _, base = await new_run(server, "s")
+    _, base = await new_run(server.base_url, "s")
     async with client(base) as sdk:
         with pytest.raises(openai.BadRequestError) as caught:
             await sdk.chat.completions.create(model="m", messages=ask(), stream=True)
@@ -238,7 +224,7 @@ MID_STREAM = {"kind": "throw", "message": "upstream overloaded", "code": "SERVER
 
 async def test_throw_with_chunks_streams_then_raises(serve, tmp_path):
     server = await serve(scripted(tmp_path / "s", MID_STREAM))
-    _, base = await new_run(server, "s")
+    _, base = await new_run(server.base_url, "s")
     received = []
     async with client(base) as sdk:
         stream = await sdk.chat.completions.create(model="m", messages=ask(), stream=True)
@@ -253,7 +239,7 @@ async def test_throw_with_chunks_streams_then_raises(serve, tmp_path):
 
 async def test_throw_with_chunks_fails_a_non_streaming_call(serve, tmp_path):
     server = await serve(scripted(tmp_path / "s", MID_STREAM))
-    _, base = await new_run(server, "s")
+    _, base = await new_run(server.base_url, "s")
     async with client(base) as sdk:
         with pytest.raises(openai.InternalServerError) as caught:
             await sdk.chat.completions.create(model="m", messages=ask())
@@ -264,7 +250,7 @@ async def test_throw_with_chunks_fails_a_non_streaming_call(serve, tmp_path):
 async def test_stream_closed_is_a_cut_without_done(serve, tmp_path):
     entry = {**MID_STREAM, "code": "STREAM_CLOSED"}
     server = await serve(scripted(tmp_path / "s", entry))
-    _, base = await new_run(server, "s")
+    _, base = await new_run(server.base_url, "s")
     async with aiohttp.ClientSession() as session, session.post(
             f"{base}/chat/completions", json={"model": "m", "messages": ask(), "stream": True}) as response:
         assert response.status == 200
@@ -281,7 +267,7 @@ TEMPLATED = chunks_entry(text_call("Ticket {{fromRequest:ticket-(\\d+)}} in {{fr
 
 async def test_from_request_uses_the_last_match(serve, tmp_path):
     server = await serve(scripted(tmp_path / "s", TEMPLATED, TEMPLATED))
-    _, base = await new_run(server, "s")
+    _, base = await new_run(server.base_url, "s")
     messages = [{"role": "system", "content": "repo alpha"},
                 {"role": "user", "content": [{"type": "text", "text": "see ticket-12 and ticket-34 in repo beta"}]}]
     async with client(base, {"x-mockllm-session": "agent"}) as sdk:
@@ -298,7 +284,7 @@ async def test_from_request_uses_the_last_match(serve, tmp_path):
 ], ids=["no-match", "bad-pattern"])
 async def test_from_request_unmatched_is_a_422(serve, tmp_path, text, needle):
     server = await serve(scripted(tmp_path / "s", chunks_entry(text_call(text))))
-    run, base = await new_run(server, "s")
+    run, base = await new_run(server.base_url, "s")
     async with client(base, {"x-mockllm-session": "agent"}) as sdk:
         with pytest.raises(openai.UnprocessableEntityError) as caught:
             await sdk.chat.completions.create(model="m", messages=ask("no tickets here"), stream=True)
@@ -306,7 +292,7 @@ async def test_from_request_unmatched_is_a_422(serve, tmp_path, text, needle):
     assert caught.value.response.headers["x-should-retry"] == "false"
     assert needle in caught.value.message
     assert run in caught.value.message
-    state = await run_state(server, run)
+    state = await run_state(server.base_url, run)
     assert [(f["code"], f["session"], f["call"]) for f in state["failures"]] == [
         ("from_request_unmatched", "agent", 0)]
 
@@ -330,7 +316,7 @@ def _cwd_entry() -> dict[str, Any]:
 ], ids=["run-cwd", "unset-left-as-is", "server-cwd", "run-cwd-wins"])
 async def test_cwd_is_replaced_by_the_runs_cwd(serve, tmp_path, server_cwd, run_cwd, expected):
     server = await serve(scripted(tmp_path / "s", _cwd_entry()), cwd=server_cwd)
-    _, base = await new_run(server, "s", **({"cwd": run_cwd} if run_cwd is not None else {}))
+    _, base = await new_run(server.base_url, "s", **({"cwd": run_cwd} if run_cwd is not None else {}))
     async with client(base) as sdk:
         completion = await sdk.chat.completions.create(model="m", messages=ask())
     message = completion.choices[0].message
@@ -343,7 +329,7 @@ async def test_cwd_of_one_run_does_not_leak_into_another(serve, tmp_path):
     server = await serve(scripted(tmp_path / "s", _cwd_entry()))
     answers = []
     for cwd in ("/one", None, "/two"):
-        _, base = await new_run(server, "s", **({"cwd": cwd} if cwd else {}))
+        _, base = await new_run(server.base_url, "s", **({"cwd": cwd} if cwd else {}))
         async with client(base) as sdk:
             completion = await sdk.chat.completions.create(model="m", messages=ask())
         answers.append(completion.choices[0].message.content)
@@ -393,7 +379,7 @@ async def test_v1_with_several_scenarios_is_a_helpful_404(serve, tmp_path):
 
 async def test_models_under_a_run(serve, mixed):
     server = await serve(mixed)
-    _, base = await new_run(server, "mixed")
+    _, base = await new_run(server.base_url, "mixed")
     status, body = await http("GET", f"{base}/models")
     assert status == 200
     assert body == {"object": "list", "data": [{"id": MODEL, "object": "model", "created": 0, "owned_by": "mockllm"}]}
@@ -466,7 +452,7 @@ async def test_run_create_get_delete_report(serve, mixed):
     async with client(created["base_url"], {"x-mockllm-session": "live-a"}) as sdk:
         await sdk.chat.completions.create(model="m", messages=ask())
 
-    state = await run_state(server, run)
+    state = await run_state(server.base_url, run)
     assert state["run"] == run and state["scenario"] == "mixed" and state["cwd"] == "/c"
     assert state["bindings"] == {"live-a": "rec-primary"}
     assert state["cursors"] == {"live-a": 1}
@@ -496,7 +482,7 @@ async def test_run_create_get_delete_report(serve, mixed):
 
 async def test_consumed_run_report(serve, tmp_path):
     server = await serve(scripted(tmp_path / "s", chunks_entry(text_call("a")), chunks_entry(text_call("b"))))
-    run, base = await new_run(server, "s")
+    run, base = await new_run(server.base_url, "s")
     async with client(base) as sdk:
         texts = [(await sdk.chat.completions.create(model="m", messages=ask())).choices[0].message.content
                  for _ in range(2)]
