@@ -52,11 +52,6 @@ class Scenario:
     def primary(self) -> SessionScript:
         return self.sessions[0]
 
-    @property
-    def cwd(self) -> str | None:
-        header = self.primary.header
-        return header.cwd if header is not None else None
-
 
 class ScenarioError(MockllmError):
     """A scenario failed to load; `problems` holds one error per broken file."""
