@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -74,3 +75,14 @@ def assert_mock_error(status: int, body: Any, headers: Any, expected_status: int
     message = body["error"]["message"]
     assert isinstance(message, str) and len(message) > 10
     return message
+
+
+def sse_payloads(raw: bytes) -> list[Any]:
+    """The SSE events of a whole stream body, decoded (`[DONE]` kept as the string)."""
+    assert raw.endswith(b"\n\n") or raw == b"", raw[-80:]
+    out = []
+    for event in raw.split(b"\n\n")[:-1]:
+        assert event.startswith(b"data: "), event
+        data = event[len(b"data: "):]
+        out.append(data.decode() if data == b"[DONE]" else json.loads(data))
+    return out

@@ -16,7 +16,7 @@ import pytest
 
 from mockllm.scenario import load_suite
 from mockllm.serve import start_server
-from tests.conftest import http, new_run, run_state
+from tests.conftest import http, new_run, run_state, sse_payloads
 from tests.dshtree import chunks_entry, finish, text_call, write_override, write_sessions
 
 SESSIONS = [f"agent-{n}" for n in range(5)]
@@ -35,16 +35,6 @@ def five(tmp_path: Path) -> Path:
         name: [text_call(answer_text(name, k), reasoning=f"{name} thinks {k}") for k in range(CALLS)]
         for name in SESSIONS
     })
-
-
-def sse_events(raw: bytes) -> list[Any]:
-    assert raw.endswith(b"\n\n"), raw[-80:]
-    events = []
-    for block in raw.split(b"\n\n")[:-1]:
-        assert block.startswith(b"data: ")
-        data = block[6:]
-        events.append("[DONE]" if data == b"[DONE]" else json.loads(data))
-    return events
 
 
 async def eventually(probe: Callable[[], Awaitable[bool]], what: str, timeout: float = 3.0) -> None:
@@ -77,7 +67,7 @@ async def test_fifty_sessions_in_ten_runs_stream_at_once_without_crosstalk(serve
             async with http_session.post(f"{base}/chat/completions", json=request,
                                          headers={"x-mockllm-session": name}) as response:
                 assert response.status == 200
-                events = sse_events(await response.read())
+                events = sse_payloads(await response.read())
             assert events[-1] == "[DONE]"
             deltas = [e["choices"][0]["delta"] for e in events[:-1] if e["choices"]]
             content = "".join(d.get("content") or "" for d in deltas)

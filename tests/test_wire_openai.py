@@ -10,6 +10,7 @@ import pytest
 
 from mockllm.entries import Entry
 from mockllm.wire.openai import DONE, Envelope, Reply, render_entry
+from tests.conftest import sse_payloads
 
 ENVELOPE = Envelope("chatcmpl-1", 1700000000, "m")
 HEAD = b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"m",'
@@ -27,19 +28,8 @@ def render(data: Entry) -> Reply:
     return render_entry(data, ENVELOPE)
 
 
-def payloads(raw: bytes) -> list[Any]:
-    """The SSE events of a stream, decoded (`[DONE]` kept as the string)."""
-    assert raw.endswith(b"\n\n") or raw == b""
-    out = []
-    for event in raw.split(b"\n\n")[:-1]:
-        assert event.startswith(b"data: "), event
-        data = event[len(b"data: "):]
-        out.append(data.decode() if data == b"[DONE]" else json.loads(data))
-    return out
-
-
 def deltas(raw: bytes) -> list[dict[str, Any]]:
-    return [p["choices"][0]["delta"] for p in payloads(raw) if isinstance(p, dict) and p.get("choices")]
+    return [p["choices"][0]["delta"] for p in sse_payloads(raw) if isinstance(p, dict) and p.get("choices")]
 
 
 def start(index: int, kind: str) -> dict[str, Any]:
@@ -216,7 +206,7 @@ def test_block_without_deltas_keeps_its_position_between_other_blocks():
 def test_finish_reason_mapping(reason, expected):
     reply = render(chunks(start(0, "text"), text(0, "x"), end(0, type="text", text="x"), fin(**reason)))
     assert reply.status == 200
-    events = payloads(reply.stream_bytes(False))
+    events = sse_payloads(reply.stream_bytes(False))
     assert events[-1] == "[DONE]"
     assert events[-2]["choices"][0]["finish_reason"] == expected
     assert [e["choices"][0]["finish_reason"] for e in events[:-2]] == [None]
@@ -225,7 +215,7 @@ def test_finish_reason_mapping(reason, expected):
 
 def test_empty_response_is_a_stream_with_no_content_ending_in_stop():
     reply = render(chunks(fin("error", failure={"code": "EMPTY_RESPONSE", "message": "no content"})))
-    assert payloads(reply.stream_bytes(False)) == [
+    assert sse_payloads(reply.stream_bytes(False)) == [
         {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1700000000, "model": "m",
          "choices": [{"index": 0, "delta": {"role": "assistant"}, "logprobs": None, "finish_reason": "stop"}]},
         "[DONE]",
@@ -261,7 +251,7 @@ def test_context_window_exceeded_is_http_400(reason):
 def test_usage_object_mapping(counts, expected):
     reply = render(chunks(start(0, "text"), text(0, "x"), end(0, type="text", text="x"), use(**counts), fin()))
     assert reply.usage_frame is not None
-    frame = payloads(reply.usage_frame)[0]
+    frame = sse_payloads(reply.usage_frame)[0]
     assert frame["choices"] == []
     assert frame["usage"] == expected
     assert json.loads(reply.body)["usage"] == expected
@@ -301,7 +291,7 @@ def test_throw_with_chunks_streams_them_then_an_error_event_and_no_done():
     assert reply.status == 200
     assert reply.ending == "error"
     raw = reply.stream_bytes(include_usage=True)
-    events = payloads(raw)
+    events = sse_payloads(raw)
     assert [e["choices"][0]["delta"] for e in events[:2]] == [{"role": "assistant", "content": "par"},
                                                               {"content": "tial"}]
     assert events[2] == {"error": {"message": "overloaded", "type": "server_error", "param": None,
