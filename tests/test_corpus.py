@@ -20,6 +20,10 @@ from mockllm.script import derive_calls, recorded_calls
 
 # scenario -> sessions in script order: (file, kind, cut, logical events, entries)
 EXPECTED: dict[str, list[tuple[str, str, int, int, int]]] = {
+    # Newest dsh: the cancelled call's hang names a readyFile; the title fixture's sidecar is its
+    # title model's script (served as a side route when asked), so read plainly it is the primary's.
+    "v0-newer/acp-agent--cancel": [("session.jsonl", "primary", 0, 14, 1)],
+    "v0-newer/acp-agent--session-title-after-turn": [("session.jsonl", "primary", 0, 19, 1)],
     "v0-packed/acp-agent--packed-chunks": [("session.jsonl", "primary", 0, 124, 2)],
     "v0-packed/acp-agent--subagent-fork-in-process": [
         ("session.jsonl", "primary", 0, 200, 3),
