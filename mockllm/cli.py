@@ -7,6 +7,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from mockllm.options import add_arguments, from_arguments
+
 BUNDLED_RECORDINGS = Path(__file__).resolve().parent.parent / "recordings"
 
 
@@ -16,13 +18,7 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = verbs.add_parser("serve", help="serve a scenario or suite over OpenAI-compatible SSE")
     serve.add_argument("path", nargs="?", type=Path, help="scenario or suite folder (default: bundled recordings/)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080, help="0 picks a free port")
-    serve.add_argument("--session-header", action="append", default=[], metavar="NAME",
-                       help="another request header naming the calling session (repeatable)")
-    serve.add_argument("--headerless", choices=("conversation", "anonymous"), default="conversation",
-                       help="route requests with no session header by their conversation (default) or as one session")
-    serve.add_argument("--cwd", help="replaces {{cwd}} in recorded strings for the default runs")
+    add_arguments(serve)
 
     inspect = verbs.add_parser("inspect", help="print a session tree: sessions, kinds, cuts, calls")
     inspect.add_argument("path", type=Path)
@@ -38,14 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.verb == "serve":
         from mockllm.serve import serve_forever
 
-        return serve_forever(
-            args.path or BUNDLED_RECORDINGS,
-            host=args.host,
-            port=args.port,
-            session_headers=args.session_header,
-            headerless=args.headerless,
-            cwd=args.cwd,
-        )
+        return serve_forever(args.path or BUNDLED_RECORDINGS, from_arguments(args))
     if args.verb == "inspect":
         from mockllm.inspect import run_inspect
 

@@ -13,13 +13,13 @@ import itertools
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 from mockllm.conversations import ConversationIndex
 from mockllm.errors import MockllmError
+from mockllm.options import Headerless
 from mockllm.scenario import Scenario, SessionScript
 
-Headerless = Literal["conversation", "anonymous"]
 ANONYMOUS = "anonymous"
 
 

@@ -7,14 +7,14 @@ import contextlib
 import gc
 import signal
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from mockllm.errors import MockllmError
-from mockllm.replay import Headerless
+from mockllm.options import ServeOptions
 from mockllm.scenario import Suite, load_suite
 from mockllm.server import create_app
 
@@ -42,11 +42,12 @@ class RunningServer:
         await self.runner.cleanup()
 
 
-async def start_server(suite: Suite, *, host: str = "127.0.0.1", port: int = 0,
-                       session_headers: Sequence[str] = (), headerless: Headerless = "conversation",
-                       cwd: str | None = None) -> RunningServer:
-    """Start serving `suite` on the running loop; port 0 picks a free port."""
-    app = create_app(suite, session_headers=session_headers, headerless=headerless, cwd=cwd)
+async def start_server(suite: Suite, options: ServeOptions | None = None, **changes: Any) -> RunningServer:
+    """Start serving `suite` on the running loop with `options` (ServeOptions field names as
+    keyword `changes` override them; in-process callers usually pass `port=0`: a free port)."""
+    options = (options or ServeOptions()).replace(**changes)
+    host, port = options.host, options.port
+    app = create_app(suite, options)
     # handler_cancellation: a client that leaves cancels its handler, which is what frees a hang.
     runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None)
     await runner.setup()
@@ -57,8 +58,7 @@ async def start_server(suite: Suite, *, host: str = "127.0.0.1", port: int = 0,
     return RunningServer(runner, host, bound_port)
 
 
-def serve_forever(path: Path, *, host: str, port: int, session_headers: Sequence[str],
-                  headerless: Headerless, cwd: str | None) -> int:
+def serve_forever(path: Path, options: ServeOptions) -> int:
     """`mockllm serve`: load, print what is served, serve until SIGINT/SIGTERM."""
     try:
         suite = load_suite(path)
@@ -75,9 +75,9 @@ def serve_forever(path: Path, *, host: str, port: int, session_headers: Sequence
 
         run = uvloop.run  # not an event loop policy: asyncio deprecates those from Python 3.14
     try:
-        run(_serve(suite, host, port, session_headers, headerless, cwd))
+        run(_serve(suite, options))
     except OSError as exc:
-        print(f"mockllm: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
+        print(f"mockllm: cannot listen on {options.host}:{options.port}: {exc.strerror}", file=sys.stderr)
         return 1
     return 0
 
@@ -89,10 +89,8 @@ def settle_memory() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-async def _serve(suite: Suite, host: str, port: int, session_headers: Sequence[str],
-                 headerless: Headerless, cwd: str | None) -> None:
-    server = await start_server(suite, host=host, port=port, session_headers=session_headers,
-                                headerless=headerless, cwd=cwd)
+async def _serve(suite: Suite, options: ServeOptions) -> None:
+    server = await start_server(suite, options)
     settle_memory()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

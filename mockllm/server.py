@@ -10,22 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import msgspec
 from aiohttp import web
 
 from mockllm.catalog import Catalog
-from mockllm.replay import Headerless, ReplayFailure, Run, Runs
+from mockllm.options import ServeOptions
+from mockllm.replay import ReplayFailure, Run, Runs
 from mockllm.scenario import Suite
 from mockllm.templates import TemplateError
 from mockllm.wire.openai import Reply, error_body
 
 log = logging.getLogger("mockllm")
 
-SESSION_HEADERS = ("x-mockllm-session", "x-deepseek-harness-session-id")
 MAX_BODY = 64 * 1024 * 1024  # agent histories get long; far past that is a client bug
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -49,13 +48,6 @@ class _ChatRequest(msgspec.Struct):
 _chat_decoder = msgspec.json.Decoder(_ChatRequest)
 
 
-@dataclass(frozen=True, slots=True)
-class Options:
-    session_headers: tuple[str, ...] = SESSION_HEADERS
-    headerless: Headerless = "conversation"
-    cwd: str | None = None
-
-
 def mock_error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> web.Response:
     """An error made by the mock itself (not a replayed one): never retried."""
     return web.Response(status=status, body=error_body(message, code, status),
@@ -63,12 +55,12 @@ def mock_error(status: int, code: str, message: str, headers: dict[str, str] | N
 
 
 class MockServer:
-    def __init__(self, suite: Suite, options: Options) -> None:
+    def __init__(self, suite: Suite, options: ServeOptions) -> None:
         self.suite = suite
         self.options = options
         self.catalogs = {name: Catalog(scenario) for name, scenario in suite.scenarios.items()}
         self.runs = Runs(suite.scenarios, headerless=options.headerless, cwd=options.cwd)
-        self.session_headers = tuple(h.lower() for h in options.session_headers)
+        self.session_headers = options.all_session_headers
         self.max_body = MAX_BODY  # the app's client_max_size too (create_app)
         self._held: set[asyncio.Future[None]] = set()  # streams held by a hang, released on shutdown
 
@@ -314,11 +306,9 @@ def _add_routes(app: web.Application, path: str, handlers: dict[str, Handler]) -
 SERVER_KEY: web.AppKey[MockServer] = web.AppKey("mockllm", MockServer)
 
 
-def create_app(suite: Suite, *, session_headers: Sequence[str] = (), headerless: Headerless = "conversation",
-               cwd: str | None = None) -> web.Application:
-    """The mock server for a loaded suite; `session_headers` adds header names to the built-in ones."""
-    options = Options(SESSION_HEADERS + tuple(session_headers), headerless, cwd)
-    server = MockServer(suite, options)
+def create_app(suite: Suite, options: ServeOptions | None = None) -> web.Application:
+    """The mock server for a loaded suite (host and port are the caller's to bind)."""
+    server = MockServer(suite, options or ServeOptions())
     app = web.Application(client_max_size=server.max_body)
     app[SERVER_KEY] = server
     app.on_shutdown.append(server.release_held)

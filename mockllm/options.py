@@ -1,0 +1,88 @@
+"""Serve options: one definition shared by the CLI, the Python API and the pytest plugin.
+
+Each option is a field of `ServeOptions` whose metadata says how the command line spells it, so
+`mockllm serve --help`, `mockllm.Server(**options)` and the plugin can never drift apart: the
+parser is built from the fields, and the API takes the field names as keywords.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Headerless = Literal["conversation", "anonymous"]
+
+# Built-in session headers: mockllm's own, and the one dsh's DeepSeek adapter sends.
+SESSION_HEADERS = ("x-mockllm-session", "x-deepseek-harness-session-id")
+
+
+def _option(default: Any, help: str, *, flag: str | None = None, metavar: str | None = None,
+            choices: Sequence[str] | None = None, repeat: bool = False, kind: type | None = None) -> Any:
+    """A field with its command-line spelling in its metadata."""
+    meta = {"help": help, "flag": flag, "metavar": metavar, "choices": choices, "repeat": repeat, "kind": kind}
+    if repeat:
+        return field(default_factory=tuple, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    """How a server listens, routes and replays. Every field is also a `mockllm serve` flag."""
+
+    host: str = _option("127.0.0.1", "address to listen on")
+    port: int = _option(8080, "port to listen on; 0 picks a free one", kind=int)
+    session_headers: tuple[str, ...] = _option(
+        (), "another request header naming the calling session (repeatable)",
+        flag="--session-header", metavar="NAME", repeat=True)
+    headerless: Headerless = _option(
+        "conversation", "route requests with no session header by their conversation (default) or as one session",
+        choices=("conversation", "anonymous"))
+    cwd: str | None = _option(None, "replaces {{cwd}} in recorded strings for the default runs", metavar="DIR")
+
+    def __post_init__(self) -> None:
+        if self.headerless not in ("conversation", "anonymous"):
+            raise ValueError(f"headerless must be 'conversation' or 'anonymous', not {self.headerless!r}")
+        if isinstance(self.session_headers, str):  # a lone name given where a list belongs
+            object.__setattr__(self, "session_headers", (self.session_headers,))
+        else:
+            object.__setattr__(self, "session_headers", tuple(self.session_headers))
+
+    @property
+    def all_session_headers(self) -> tuple[str, ...]:
+        """The built-in session headers, then the configured ones, lowercased, in lookup order."""
+        return tuple(h.lower() for h in SESSION_HEADERS + self.session_headers)
+
+    def replace(self, **changes: Any) -> ServeOptions:
+        """A copy with `changes`; an unknown name is a TypeError naming it."""
+        return dataclasses.replace(self, **changes)
+
+
+def _flag(f: dataclasses.Field[Any]) -> str:
+    return f.metadata["flag"] or "--" + f.name.replace("_", "-")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one flag per ServeOptions field to `parser`."""
+    for f in dataclasses.fields(ServeOptions):
+        meta = f.metadata
+        kwargs: dict[str, Any] = {"dest": f.name, "help": meta["help"]}
+        if meta["metavar"]:
+            kwargs["metavar"] = meta["metavar"]
+        if meta["choices"]:
+            kwargs["choices"] = meta["choices"]
+        if meta["kind"]:
+            kwargs["type"] = meta["kind"]
+        if meta["repeat"]:
+            kwargs.update(action="append", default=[])
+        else:
+            kwargs["default"] = f.default
+        parser.add_argument(_flag(f), **kwargs)
+
+
+def from_arguments(args: argparse.Namespace | Mapping[str, Any]) -> ServeOptions:
+    """The options a parsed command line (from a parser given `add_arguments`) asks for."""
+    values = vars(args) if isinstance(args, argparse.Namespace) else args
+    return ServeOptions(**{f.name: values[f.name] for f in dataclasses.fields(ServeOptions) if f.name in values})
