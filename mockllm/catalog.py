@@ -1,53 +1,78 @@
-"""Every entry of a scenario rendered to wire bytes once, at load time, where the bytes are fixed.
+"""Every entry of a scenario rendered to a dialect's bytes once, where the bytes are fixed.
 
-Entries whose strings hold `{{fromRequest:…}}` depend on the request, and entries holding
-`{{cwd}}` depend on the run's cwd; those are rendered per request instead.
+Entries are rendered per dialect on first use and kept. Entries whose strings hold
+`{{fromRequest:…}}` depend on the request, and entries holding `{{cwd}}` depend on the run's cwd;
+those are rendered per request instead.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import msgspec
 
 from mockllm.entries import FROM_REQUEST, Entry
 from mockllm.scenario import Scenario
 from mockllm.templates import CWD, resolve_entry
-from mockllm.wire.openai import Envelope, Reply, render_entry
+from mockllm.wire.dialect import Dialect, Envelope, Request
+from mockllm.wire.reply import Reply
 
 DEFAULT_MODEL = "mockllm"
+
+
+@dataclass(frozen=True, slots=True)
+class _Placeholders:
+    per_request: bool  # holds {{fromRequest:…}}
+    mentions_cwd: bool
 
 
 @dataclass(frozen=True, slots=True)
 class _Rendered:
     envelope: Envelope
     reply: Reply | None  # None: rendered per request
-    mentions_cwd: bool
 
 
 class Catalog:
-    """The rendered replies of one scenario, indexed by (script, call)."""
+    """The rendered replies of one scenario, indexed by (dialect, script, call)."""
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
         self.model = next((s.model for s in scenario.sessions if s.model), DEFAULT_MODEL)
-        self._rendered = [
-            [self._render(i, j, entry) for j, entry in enumerate(session.entries)]
-            for i, session in enumerate(scenario.sessions)
-        ]
+        self._placeholders = [[_scan(entry) for entry in session.entries] for session in scenario.sessions]
+        self._rendered: dict[str, list[list[_Rendered | None]]] = {}
 
-    def _render(self, script: int, call: int, entry: Entry) -> _Rendered:
-        created = int(self.scenario.sessions[script].created_at // 1000)
-        envelope = Envelope(f"chatcmpl-mockllm-{script}-{call}", created, self.model)
-        encoded = msgspec.json.encode(entry).decode()
-        per_request = FROM_REQUEST.search(encoded) is not None
-        return _Rendered(envelope, None if per_request else render_entry(entry, envelope), CWD in encoded)
+    def warm(self, dialect: Dialect) -> None:
+        """Render every entry for `dialect` now (at start-up, off the request path)."""
+        for script, session in enumerate(self.scenario.sessions):
+            for call in range(len(session.entries)):
+                self._cached(dialect, script, call)
 
-    def reply(self, script: int, call: int, messages: list[Any], cwd: str | None) -> Reply:
+    def reply(self, dialect: Dialect, script: int, call: int, request: Request | None, cwd: str | None) -> Reply:
         """The reply for entry `call` of script `script`; raises TemplateError for an unmatched template."""
-        rendered = self._rendered[script][call]
-        if rendered.reply is not None and not (cwd is not None and rendered.mentions_cwd):
+        rendered = self._cached(dialect, script, call)
+        if rendered.reply is not None and not (cwd is not None and self._placeholders[script][call].mentions_cwd):
             return rendered.reply
         entry = self.scenario.sessions[script].entries[call]
-        return render_entry(resolve_entry(entry, messages, cwd), rendered.envelope)
+        haystack = request.raw_conversation if request is not None else []
+        return dialect.render(resolve_entry(entry, haystack, cwd), rendered.envelope)
+
+    def _cached(self, dialect: Dialect, script: int, call: int) -> _Rendered:
+        table = self._rendered.get(dialect.name)
+        if table is None:
+            table = self._rendered[dialect.name] = [[None] * len(s.entries) for s in self.scenario.sessions]
+        rendered = table[script][call]
+        if rendered is None:
+            rendered = table[script][call] = self._render(dialect, script, call)
+        return rendered
+
+    def _render(self, dialect: Dialect, script: int, call: int) -> _Rendered:
+        created = int(self.scenario.sessions[script].created_at // 1000)
+        envelope = Envelope(dialect.reply_id(script, call), created, self.model)
+        entry: Entry = self.scenario.sessions[script].entries[call]
+        per_request = self._placeholders[script][call].per_request
+        return _Rendered(envelope, None if per_request else dialect.render(entry, envelope))
+
+
+def _scan(entry: Entry) -> _Placeholders:
+    encoded = msgspec.json.encode(entry).decode()
+    return _Placeholders(FROM_REQUEST.search(encoded) is not None, CWD in encoded)

@@ -5,43 +5,28 @@ own (the longest such prefix wins); otherwise it starts a new one. A primary, a 
 (`[user(task)]`) and a fork child (the parent's seeded turns, then `user(task)`) all start
 differently, so a whole agent tree routes with no session header at all.
 
-Messages are compared after a light normalization, because agents rewrite history in small ways
-between calls: `reasoning_content` is dropped (DeepSeek clients strip it from older turns), a
-`null` content equals `""`, and content parts are compared by their text. Lookups are O(length of
-the request): each conversation is indexed by a hash of its latest request's messages, and a
-request's prefix hashes are computed in one pass.
+Messages are compared in their neutral form (`wire.dialect.Message`), which each dialect builds
+with a light normalization, because agents rewrite history in small ways between calls: reasoning
+is dropped (DeepSeek clients strip it from older turns), a `null` content equals `""`, and content
+parts are compared by their text. Lookups are O(length of the request): each conversation is
+indexed by a hash of its latest request's messages, and a request's prefix hashes are computed in
+one pass.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import msgspec
+
+from mockllm.wire.dialect import Message
 
 _encode = msgspec.json.encode
 
 
-def message_key(message: Any) -> bytes:
-    """A canonical form of one chat message (decoded, or still raw JSON) for prefix comparison."""
-    if isinstance(message, msgspec.Raw):
-        message = msgspec.json.decode(message)
-    if not isinstance(message, dict):
-        return _encode(message)
-    content = message.get("content")
-    if content is None:
-        content = ""
-    elif isinstance(content, list):
-        content = "".join(
-            part.get("text", "") if isinstance(part, dict) and "text" in part else _encode(part).decode()
-            for part in content
-        )
-    tool_calls = [
-        (call.get("id"), (call.get("function") or {}).get("name"), (call.get("function") or {}).get("arguments"))
-        for call in message.get("tool_calls") or ()
-        if isinstance(call, dict)
-    ]
-    return _encode([message.get("role"), content, tool_calls, message.get("tool_call_id"), message.get("name")])
+def message_key(message: Message) -> bytes:
+    """A canonical form of one neutral message, for prefix comparison."""
+    return _encode(message)
 
 
 def prefix_hashes(keys: list[bytes]) -> list[int]:
@@ -68,7 +53,7 @@ class ConversationIndex:
     _by_latest: dict[tuple[int, int], list[_Conversation]] = field(default_factory=dict)
     _count: int = 0
 
-    def route(self, messages: list[Any]) -> tuple[str, bool]:
+    def route(self, messages: list[Message]) -> tuple[str, bool]:
         """The live id this request belongs to, and whether it starts a new conversation."""
         keys = [message_key(m) for m in messages]
         hashes = prefix_hashes(keys)

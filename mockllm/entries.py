@@ -10,7 +10,7 @@ import re
 
 import msgspec
 
-from mockllm.chunks import StreamChunk
+from mockllm.chunks import BlockStart, StreamChunk, TextDelta
 
 
 class ChunksEntry(msgspec.Struct, tag_field="kind", tag="chunks", forbid_unknown_fields=False):
@@ -34,3 +34,20 @@ ENTRY_KINDS = ("chunks", "throw", "hang")
 
 FROM_REQUEST = re.compile(r"\{\{fromRequest:(.*?)\}\}")
 
+
+# What a `hang` streams before it stalls, as dsh's own replay does: one text delta.
+HANG_TEXT = "partial"
+HANG_CHUNKS: tuple[StreamChunk, ...] = (BlockStart(0, "text"), TextDelta(0, HANG_TEXT))
+
+_THROW_STATUS = {"AUTH": 401, "RATE_LIMIT": 429, "INVALID_REQUEST": 400, "SERVER": 500}
+
+
+def throw_status(code: str, status: int | None) -> int:
+    """HTTP status of a scripted failure: its own, else from its code (AUTH 401, HTTP_<n> n, ...)."""
+    if status is not None:
+        return status
+    if code in _THROW_STATUS:
+        return _THROW_STATUS[code]
+    if code.startswith("HTTP_") and code[5:].isdigit() and 100 <= int(code[5:]) <= 599:
+        return int(code[5:])
+    return 500

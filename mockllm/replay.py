@@ -19,6 +19,7 @@ from mockllm.conversations import ConversationIndex
 from mockllm.errors import MockllmError
 from mockllm.options import Headerless
 from mockllm.scenario import Scenario, SessionScript
+from mockllm.wire.dialect import Dialect, Request
 
 ANONYMOUS = "anonymous"
 
@@ -71,13 +72,19 @@ class Run:
     _bound: dict[int, Binding] = field(default_factory=dict)
     _conversations: ConversationIndex = field(default_factory=ConversationIndex)
 
-    def live_session(self, header_id: str | None, messages: list[Any]) -> str:
-        """The live id of the calling session: its header, else its conversation."""
+    def live_session(self, header_id: str | None, request: Request, dialect: Dialect) -> str:
+        """The live id of the calling session: its header, else the session whose reply it continues,
+        else its conversation."""
         if header_id is not None:
             return header_id
+        if request.continues is not None:
+            script = dialect.script_of(request.continues)
+            binding = self._bound.get(script) if script is not None else None
+            if binding is not None:
+                return binding.live_id
         if self.headerless == "anonymous":
             return ANONYMOUS
-        live_id, _ = self._conversations.route(messages)
+        live_id, _ = self._conversations.route(request.messages)
         return live_id
 
     def take(self, live_id: str) -> Turn:

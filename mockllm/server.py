@@ -2,7 +2,8 @@
 
 Addresses (DESIGN.md §3): `/scenarios/{name}/v1/…` (the scenario's default run), `/runs/{run}/v1/…`
 (a run made with `POST /_mockllm/runs`), `/v1/…` when exactly one scenario is loaded, and the
-admin endpoints under `/_mockllm/`. Every mock-made error is an OpenAI error body with
+admin endpoints under `/_mockllm/`. Under each base every registered wire dialect has its route;
+this module names none of them. Every mock-made error is the dialect's error body with
 `x-should-retry: false`, so SDKs fail at once instead of retrying into a deterministic error.
 """
 
@@ -21,7 +22,10 @@ from mockllm.options import ServeOptions
 from mockllm.replay import ReplayFailure, Run, Runs
 from mockllm.scenario import Suite
 from mockllm.templates import TemplateError
-from mockllm.wire.openai import Reply, error_body
+from mockllm.wire import CHAT, DIALECTS
+from mockllm.wire.chat import models_body
+from mockllm.wire.dialect import Dialect, RequestError
+from mockllm.wire.reply import Reply
 
 log = logging.getLogger("mockllm")
 
@@ -36,21 +40,12 @@ SSE_HEADERS = {
 NO_RETRY = {"x-should-retry": "false"}
 
 
-class _ChatRequest(msgspec.Struct):
-    # Left undecoded: with a session header and no templates nothing reads them, and decoding a
-    # long agent history would be most of a request's work before its first byte.
-    messages: list[msgspec.Raw]
-    model: str | None = None
-    stream: bool | None = False
-    stream_options: dict[str, Any] | None = None
+def mock_error(status: int, code: str, message: str, headers: dict[str, str] | None = None,
+               dialect: Dialect = CHAT) -> web.Response:
+    """An error made by the mock itself (not a replayed one), in `dialect`'s shape: never retried.
 
-
-_chat_decoder = msgspec.json.Decoder(_ChatRequest)
-
-
-def mock_error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> web.Response:
-    """An error made by the mock itself (not a replayed one): never retried."""
-    return web.Response(status=status, body=error_body(message, code, status),
+    Errors outside any model route (admin, unknown paths) take the OpenAI shape."""
+    return web.Response(status=status, body=dialect.error_body(message, code, status),
                         content_type="application/json", headers={**NO_RETRY, **(headers or {})})
 
 
@@ -59,6 +54,8 @@ class MockServer:
         self.suite = suite
         self.options = options
         self.catalogs = {name: Catalog(scenario) for name, scenario in suite.scenarios.items()}
+        for catalog in self.catalogs.values():
+            catalog.warm(CHAT)  # the dialect nearly every agent speaks: rendered before the first request
         self.runs = Runs(suite.scenarios, headerless=options.headerless, cwd=options.cwd)
         self.session_headers = options.all_session_headers
         self.max_body = MAX_BODY  # the app's client_max_size too (create_app)
@@ -66,21 +63,23 @@ class MockServer:
 
     # -- resolving the run a request is for -------------------------------------------------
 
-    def _scenario_error(self, name: str) -> web.Response | None:
+    def _scenario_error(self, name: str, dialect: Dialect = CHAT) -> web.Response | None:
         if name in self.suite.broken:
-            return mock_error(422, "scenario_invalid", f"scenario {name} failed to load: {self.suite.broken[name]}")
+            return mock_error(422, "scenario_invalid", f"scenario {name} failed to load: {self.suite.broken[name]}",
+                              dialect=dialect)
         if name not in self.suite.scenarios:
             known = ", ".join(sorted(self.suite.scenarios)) or "none"
-            return mock_error(404, "unknown_run", f"unknown scenario {name!r}; loaded scenarios: {known}")
+            return mock_error(404, "unknown_run", f"unknown scenario {name!r}; loaded scenarios: {known}",
+                              dialect=dialect)
         return None
 
-    def _run_for(self, request: web.Request) -> Run | web.Response:
+    def _run_for(self, request: web.Request, dialect: Dialect = CHAT) -> Run | web.Response:
         info = request.match_info
         if "run" in info:
             run = self.runs.get(info["run"])
             if run is None:
                 return mock_error(404, "unknown_run", f"unknown run {info['run']!r}: it was never created, or was "
-                                  "ended with DELETE; create one with POST /_mockllm/runs")
+                                  "ended with DELETE; create one with POST /_mockllm/runs", dialect=dialect)
             return run
         if "name" in info:
             name = info["name"]
@@ -88,68 +87,71 @@ class MockServer:
             name = next(iter(self.suite.scenarios))
         else:
             return mock_error(404, "unknown_run", "/v1 is served only when exactly one scenario is loaded; use "
-                              f"/scenarios/NAME/v1 with NAME one of: {', '.join(sorted(self.suite.scenarios))}")
-        return self._scenario_error(name) or self.runs.default(name)
+                              f"/scenarios/NAME/v1 with NAME one of: {', '.join(sorted(self.suite.scenarios))}",
+                              dialect=dialect)
+        return self._scenario_error(name, dialect) or self.runs.default(name)
 
     # -- the model API ------------------------------------------------------------------------
 
-    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        try:
-            return await self._answer(request)
-        except (asyncio.CancelledError, ConnectionResetError, web.HTTPException):
-            raise
-        except Exception as exc:  # a bug must not take the server down or leak into other runs
-            log.exception("internal error on %s %s", request.method, request.path)
-            return mock_error(500, "mockllm_internal_error", f"mockllm failed on this request: {exc!r}")
+    def model_route(self, dialect: Dialect) -> Handler:
+        """The handler of `dialect`'s route under every base."""
 
-    async def _answer(self, request: web.Request) -> web.StreamResponse:
-        run = self._run_for(request)
+        async def answer(request: web.Request) -> web.StreamResponse:
+            try:
+                return await self._answer(request, dialect)
+            except (asyncio.CancelledError, ConnectionResetError, web.HTTPException):
+                raise
+            except Exception as exc:  # a bug must not take the server down or leak into other runs
+                log.exception("internal error on %s %s", request.method, request.path)
+                return mock_error(500, "mockllm_internal_error", f"mockllm failed on this request: {exc!r}",
+                                  dialect=dialect)
+
+        return answer
+
+    async def _answer(self, request: web.Request, dialect: Dialect) -> web.StreamResponse:
+        run = self._run_for(request, dialect)
         if not isinstance(run, Run):  # an error response (Run is a plain class: a cheap check)
             return run
         body = await self._read_body(request)
         if body is None:
-            return mock_error(413, "request_too_large", f"request body over {self.max_body} bytes")
+            return mock_error(413, "request_too_large", f"request body over {self.max_body} bytes", dialect=dialect)
         try:
-            chat = _chat_decoder.decode(body)
-        except msgspec.DecodeError as exc:
-            return mock_error(400, "invalid_request", f"run {run.id}: request body is not a chat completions "
-                              f"request ({exc}); expected JSON with a non-empty \"messages\" array")
-        if not chat.messages:
-            return mock_error(400, "invalid_request", f"run {run.id}: \"messages\" is empty")
+            call = dialect.decode_request(body)
+        except RequestError as exc:
+            return mock_error(400, "invalid_request", f"run {run.id}: {exc}", dialect=dialect)
 
         headers = request.headers
         header_id = self._session_header(headers)
-        live_id = run.live_session(header_id, chat.messages)
+        live_id = run.live_session(header_id, call, dialect)
         # The headers are kept as they came and filtered only when the journal is read: off the hot path.
-        record: dict[str, Any] = {"session": live_id, "stream": bool(chat.stream), "headers": headers}
+        record: dict[str, Any] = {"session": live_id, "stream": call.stream, "headers": headers}
         run.journal.append(record)
         try:
             turn = run.take(live_id)
         except ReplayFailure as failure:
             record.update(status=failure.status, error=failure.code)
-            return mock_error(failure.status, failure.code, failure.message)
+            return mock_error(failure.status, failure.code, failure.message, dialect=dialect)
         entry = turn.session.entries[turn.call]
         record.update(script=turn.session.file, call=turn.call, kind=type(entry).__name__)
         try:
-            reply = self.catalogs[run.scenario.name].reply(turn.script, turn.call, chat.messages, run.cwd)
+            reply = self.catalogs[run.scenario.name].reply(dialect, turn.script, turn.call, call, run.cwd)
         except TemplateError as exc:
             failure = run.fail(ReplayFailure(
                 422, "from_request_unmatched",
                 f"run {run.id}: session {turn.session.file} call {turn.call + 1}: {exc}", live_id, turn.call))
             record.update(status=422, error=failure.code)
-            return mock_error(422, failure.code, failure.message)
+            return mock_error(422, failure.code, failure.message, dialect=dialect)
         record["status"] = reply.status
         if reply.status != 200:
             # A replayed provider error: exactly as the provider sent it, so an SDK may retry as it did.
             return web.Response(status=reply.status, body=reply.body, content_type="application/json")
-        if not chat.stream:
+        if not call.stream:
             if reply.hold_when_not_streaming:
                 await self._hold(run)  # returns only when the server shuts down
                 return mock_error(503, "shutting_down", f"run {run.id}: mockllm is shutting down; "
-                                  "the held call was released")
+                                  "the held call was released", dialect=dialect)
             return web.Response(status=reply.body_status, body=reply.body, content_type="application/json")
-        include_usage = bool((chat.stream_options or {}).get("include_usage"))
-        return await self._stream(request, run, reply, include_usage)
+        return await self._stream(request, run, reply, call.include_usage)
 
     async def _read_body(self, request: web.Request) -> bytes | None:
         """The request body, or None when it is over the size limit.
@@ -218,9 +220,7 @@ class MockServer:
         run = self._run_for(request)
         if not isinstance(run, Run):
             return run
-        model = self.catalogs[run.scenario.name].model
-        return web.json_response({"object": "list", "data": [
-            {"id": model, "object": "model", "created": 0, "owned_by": "mockllm"}]})
+        return web.Response(body=models_body(self.catalogs[run.scenario.name].model), content_type="application/json")
 
     # -- admin --------------------------------------------------------------------------------
 
@@ -313,7 +313,8 @@ def create_app(suite: Suite, options: ServeOptions | None = None) -> web.Applica
     app[SERVER_KEY] = server
     app.on_shutdown.append(server.release_held)
     for base in ("/scenarios/{name}/v1", "/runs/{run}/v1", "/v1"):
-        _add_routes(app, base + "/chat/completions", {"POST": server.chat_completions})
+        for dialect in DIALECTS:
+            _add_routes(app, base + dialect.path, {"POST": server.model_route(dialect)})
         _add_routes(app, base + "/models", {"GET": server.models})
     _add_routes(app, "/_mockllm/health", {"GET": server.health})
     _add_routes(app, "/_mockllm/scenarios", {"GET": server.scenarios})

@@ -29,11 +29,12 @@ from mockllm.catalog import Catalog
 from mockllm.scenario import load_scenario
 from mockllm.serve import settle_memory
 from mockllm.server import SSE_HEADERS
-from mockllm.wire.openai import DONE
+from mockllm.wire import CHAT
+from mockllm.wire.chat import DONE
 
 
 def frames_for(scenario_dir: Path) -> list[bytes]:
-    reply = Catalog(load_scenario(scenario_dir)).reply(0, 0, [], None)
+    reply = Catalog(load_scenario(scenario_dir)).reply(CHAT, 0, 0, None, None)
     if reply.status != 200 or reply.usage_frame is None or reply.ending != "done":
         raise SystemExit(f"{scenario_dir}: the first call is not a plain streamed answer with usage")
     return [*reply.frames, reply.usage_frame, DONE]

@@ -6,7 +6,7 @@ from typing import Any
 
 from mockllm.chunks import BlockEnd, BlockStart, FinishChunk, ReasoningDelta, TextDelta, ToolCallDelta, UsageChunk
 from mockllm.entries import ChunksEntry, Entry
-from mockllm.wire.openai import finish_reason, usage_object
+from mockllm.wire.chat import finish_reason, usage_object
 
 
 def expected_from_entry(entry: Entry) -> dict[str, Any]:

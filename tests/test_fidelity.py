@@ -16,7 +16,8 @@ import pytest
 from mockllm.catalog import Catalog
 from mockllm.recording import parse_log
 from mockllm.scenario import load_scenario
-from mockllm.wire.openai import DONE
+from mockllm.wire import CHAT
+from mockllm.wire.chat import DONE
 from tests.conftest import CORPUS, RECORDINGS
 
 LOGS = sorted(RECORDINGS.glob("*/session*.jsonl"))
@@ -46,7 +47,7 @@ async def test_the_two_write_stream_is_the_per_event_frames(serve, name: str) ->
     async with aiohttp.ClientSession() as http:
         for script, session in enumerate(scenario.sessions):
             for call in range(len(session.entries)):
-                reply = catalog.reply(script, call, [], None)
+                reply = catalog.reply(CHAT, script, call, None, None)
                 expected = b"".join(reply.frames) + (reply.usage_frame or b"") + DONE
                 async with http.post(
                     f"{server.base_url}/scenarios/{name}/v1/chat/completions",

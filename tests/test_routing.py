@@ -10,6 +10,7 @@ import openai
 import pytest
 
 from mockllm.conversations import ConversationIndex
+from mockllm.wire.chat import chat_messages
 from tests.conftest import assert_mock_error, http, new_run, run_state
 from tests.dshtree import (
     FORK_ID,
@@ -320,6 +321,11 @@ async def test_exhaustion_through_the_sdk_is_not_retried(serve, tmp_path):
 
 # -- ConversationIndex ----------------------------------------------------------------------------
 
+def route(index: ConversationIndex, messages: list[Any]) -> tuple[str, bool]:
+    """Route chat messages, normalized as the chat completions dialect does."""
+    return index.route(chat_messages(messages))
+
+
 def msgs(*pairs: tuple[str, Any]) -> list[dict[str, Any]]:
     return [{"role": role, "content": content} for role, content in pairs]
 
@@ -330,33 +336,33 @@ S, U1, A1, U2, A2, U3 = ("system", "s"), ("user", "u1"), ("assistant", "a1"), ("
 
 def test_index_new_then_continued():
     index = ConversationIndex()
-    assert index.route(msgs(S, U1)) == ("conversation-1", True)
-    assert index.route(msgs(S, U1, A1, U2)) == ("conversation-1", False)
-    assert index.route(msgs(S, U1, A1, U2)) == ("conversation-1", False)  # a retry: the same request again
-    assert index.route(msgs(S, U2)) == ("conversation-2", True)
+    assert route(index, msgs(S, U1)) == ("conversation-1", True)
+    assert route(index, msgs(S, U1, A1, U2)) == ("conversation-1", False)
+    assert route(index, msgs(S, U1, A1, U2)) == ("conversation-1", False)  # a retry: the same request again
+    assert route(index, msgs(S, U2)) == ("conversation-2", True)
     # Only the latest request counts: the old prefix of conversation-1 no longer matches.
-    assert index.route(msgs(S, U1, A2)) == ("conversation-3", True)
+    assert route(index, msgs(S, U1, A2)) == ("conversation-3", True)
 
 
 def test_index_longest_prefix_wins():
     index = ConversationIndex()
-    assert index.route(msgs(S, U1, A1, U2)) == ("conversation-1", True)
-    assert index.route(msgs(S, U1)) == ("conversation-2", True)  # shorter than any latest: new
-    assert index.route(msgs(S, U1, A1, U2, A2, U3)) == ("conversation-1", False)
-    assert index.route(msgs(S, U1, ("assistant", "other"))) == ("conversation-2", False)
+    assert route(index, msgs(S, U1, A1, U2)) == ("conversation-1", True)
+    assert route(index, msgs(S, U1)) == ("conversation-2", True)  # shorter than any latest: new
+    assert route(index, msgs(S, U1, A1, U2, A2, U3)) == ("conversation-1", False)
+    assert route(index, msgs(S, U1, ("assistant", "other"))) == ("conversation-2", False)
 
 
 def test_index_two_children_with_the_same_parent_prefix():
     index = ConversationIndex()
     parent = msgs(S, U1, A1, U2)
-    assert index.route(parent)[0] == "conversation-1"
+    assert route(index, parent)[0] == "conversation-1"
     fork = msgs(S, U1, A1, ("user", "fork task"))
     spawn = msgs(S, ("user", "spawn task"))
-    assert index.route(fork) == ("conversation-2", True)
-    assert index.route(spawn) == ("conversation-3", True)
-    assert index.route([*fork, A2])[0] == "conversation-2"
-    assert index.route([*spawn, A2])[0] == "conversation-3"
-    assert index.route([*parent, A2])[0] == "conversation-1"
+    assert route(index, fork) == ("conversation-2", True)
+    assert route(index, spawn) == ("conversation-3", True)
+    assert route(index, [*fork, A2])[0] == "conversation-2"
+    assert route(index, [*spawn, A2])[0] == "conversation-3"
+    assert route(index, [*parent, A2])[0] == "conversation-1"
 
 
 TOOL_TURN = {"role": "assistant", "content": "", "reasoning_content": "think",
@@ -373,15 +379,15 @@ TOOL_TURN = {"role": "assistant", "content": "", "reasoning_content": "think",
 def test_index_normalizes_history_rewrites(rewrite):
     index = ConversationIndex()
     first = [*msgs(S, U1), TOOL_TURN, {"role": "tool", "tool_call_id": "call_1", "content": "out"}]
-    assert index.route(first)[0] == "conversation-1"
+    assert route(index, first)[0] == "conversation-1"
     rewritten = [*first[:2], rewrite(TOOL_TURN), first[3], *msgs(A1)]
-    assert index.route(rewritten) == ("conversation-1", False)
+    assert route(index, rewritten) == ("conversation-1", False)
 
 
 def test_index_text_parts_equal_a_string():
     index = ConversationIndex()
-    index.route([{"role": "user", "content": [{"type": "text", "text": "he"}, {"type": "text", "text": "llo"}]}])
-    assert index.route([{"role": "user", "content": "hello"}, {"role": "assistant", "content": "x"}]) == (
+    route(index, [{"role": "user", "content": [{"type": "text", "text": "he"}, {"type": "text", "text": "llo"}]}])
+    assert route(index, [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "x"}]) == (
         "conversation-1", False)
 
 
@@ -393,5 +399,5 @@ def test_index_text_parts_equal_a_string():
 ], ids=["tool-call-id", "tool-arguments", "content", "role"])
 def test_index_real_differences_start_a_new_conversation(change):
     index = ConversationIndex()
-    index.route([*msgs(S, U1), TOOL_TURN])
-    assert index.route([*msgs(S, U1), change(TOOL_TURN), *msgs(U2)]) == ("conversation-2", True)
+    route(index, [*msgs(S, U1), TOOL_TURN])
+    assert route(index, [*msgs(S, U1), change(TOOL_TURN), *msgs(U2)]) == ("conversation-2", True)

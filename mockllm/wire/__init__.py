@@ -1,1 +1,13 @@
-"""Wire dialects: StreamChunks -> bytes a provider's SDK parses (pure: no aiohttp)."""
+"""Wire dialects: each turns neutral script entries into one API's bytes, and its requests into
+neutral ones. Registering a dialect is one line here; the server serves every registered one
+under every base address."""
+
+from __future__ import annotations
+
+from mockllm.wire.chat import ChatCompletions
+from mockllm.wire.dialect import Dialect
+
+CHAT = ChatCompletions()
+
+# Served under every base (`/v1`, `/scenarios/{name}/v1`, `/runs/{run}/v1`), in this order.
+DIALECTS: tuple[Dialect, ...] = (CHAT,)

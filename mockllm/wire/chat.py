@@ -1,15 +1,14 @@
-"""OpenAI chat completions (the DeepSeek flavour dsh records from): entries -> SSE bytes.
+"""OpenAI chat completions (the DeepSeek flavour dsh records from): `POST …/v1/chat/completions`.
 
 One recorded delta is one SSE event, so a client rebuilds exactly the recorded fragments. The
 first delta carries `role: "assistant"`; a tool call's identity (id, type, name) rides only on its
-first fragment. Everything here is pure and runs once per entry at load time wherever the bytes
-do not depend on the request.
+first fragment. Rendering is pure and runs once per entry wherever the bytes do not depend on the
+request.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
@@ -25,75 +24,30 @@ from mockllm.chunks import (
     ToolCallDelta,
     UsageChunk,
 )
-from mockllm.entries import ChunksEntry, Entry, HangEntry, ThrowEntry
+from mockllm.entries import HANG_CHUNKS, ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
+from mockllm.wire.chat_stream import ChatStreamDecoder
+from mockllm.wire.dialect import Dialect, Envelope, Message, Request, RequestError, StreamDecoder, ToolCall
+from mockllm.wire.reply import Reply
+from mockllm.wire.sse import data_event
 
-DONE = b"data: [DONE]\n\n"
-HANG_TEXT = "partial"  # what dsh's own replay streams before a hang stalls
-
-Ending = Literal["done", "error", "cut", "hold"]
+DONE = data_event(b"[DONE]")
 
 _encode = msgspec.json.encode
 
 
-@dataclass(frozen=True, slots=True)
-class Envelope:
-    """The fields every chunk of one completion repeats."""
+class _ChatRequest(msgspec.Struct):
+    # Left undecoded: with a session header and no templates nothing reads them.
+    messages: list[msgspec.Raw]
+    model: str | None = None
+    stream: bool | None = False
+    stream_options: dict[str, Any] | None = None
 
-    completion_id: str
-    created: int
-    model: str
 
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """How one entry is answered, for a streaming and a non-streaming request.
-
-    `status` != 200 means the call fails before any byte is streamed (`body` is the error).
-    Otherwise the stream is `frames`, then `usage_frame` when the client asked for usage, then the
-    ending: `[DONE]`, an error event (`error_frame`), a bare cut, or holding until the client leaves.
-    """
-
-    status: int
-    frames: tuple[bytes, ...]
-    usage_frame: bytes | None
-    ending: Ending
-    error_frame: bytes | None
-    body: bytes  # non-stream: the chat.completion, or the error body when status != 200
-    hold_when_not_streaming: bool = False
-    # Non-stream status: a `throw` fails a non-streaming call as an HTTP error even when its chunks
-    # would have been streamed first (a chat.completion cannot carry a mid-stream error).
-    body_status: int = 200
-    # The stream split after its first event, per include_usage, built on first use.
-    _parts: dict[bool, tuple[bytes, bytes]] = field(default_factory=dict, compare=False, repr=False)
-
-    def stream_bytes(self, include_usage: bool) -> bytes:
-        """The whole stream up to its ending: every frame, the usage frame if asked for, the ending."""
-        return b"".join(self._events(include_usage))
-
-    def stream_parts(self, include_usage: bool) -> tuple[bytes, bytes]:
-        """`stream_bytes` split after its first event: (first event, the rest), for two writes."""
-        parts = self._parts.get(include_usage)
-        if parts is None:
-            events = self._events(include_usage)
-            parts = self._parts[include_usage] = (events[0] if events else b"", b"".join(events[1:]))
-        return parts
-
-    def _events(self, include_usage: bool) -> list[bytes]:
-        events = list(self.frames)
-        if include_usage and self.usage_frame is not None:
-            events.append(self.usage_frame)
-        if self.ending == "done":
-            events.append(DONE)
-        elif self.ending == "error" and self.error_frame is not None:
-            events.append(self.error_frame)
-        return events
-
+_request_decoder = msgspec.json.Decoder(_ChatRequest)
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 409: "conflict_error", 410: "invalid_request_error",
                 413: "invalid_request_error", 422: "invalid_request_error", 429: "rate_limit_error"}
-
-_THROW_STATUS = {"AUTH": 401, "RATE_LIMIT": 429, "INVALID_REQUEST": 400, "SERVER": 500}
 
 
 def error_type(status: int) -> str:
@@ -105,15 +59,9 @@ def error_body(message: str, code: str | None, status: int) -> bytes:
     return _encode({"error": {"message": message, "type": error_type(status), "param": None, "code": code}})
 
 
-def throw_status(code: str, status: int | None) -> int:
-    """HTTP status of a scripted failure: its own, else from its code (AUTH 401, HTTP_<n> n, ...)."""
-    if status is not None:
-        return status
-    if code in _THROW_STATUS:
-        return _THROW_STATUS[code]
-    if code.startswith("HTTP_") and code[5:].isdigit() and 100 <= int(code[5:]) <= 599:
-        return int(code[5:])
-    return 500
+def models_body(model: str) -> bytes:
+    """`GET …/v1/models`: the one model the recording called."""
+    return _encode({"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": "mockllm"}]})
 
 
 def usage_object(usage: TokenUsage) -> dict[str, Any]:
@@ -129,12 +77,77 @@ def usage_object(usage: TokenUsage) -> dict[str, Any]:
     return out
 
 
+def text_of(content: Any) -> str:
+    """A message's content as one string: `null` is "", parts compare by their text."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            part.get("text", "") if isinstance(part, dict) and "text" in part else _encode(part).decode()
+            for part in content
+        )
+    return _encode(content).decode()
+
+
+def _arguments(value: Any) -> str | None:
+    return value if value is None or isinstance(value, str) else _encode(value).decode()
+
+
+def chat_message(message: Any) -> Message:
+    """One chat message (decoded, or still raw JSON) in neutral form; `reasoning_content` is dropped."""
+    if isinstance(message, msgspec.Raw):
+        message = msgspec.json.decode(message)
+    if not isinstance(message, dict):
+        return Message(None, _encode(message).decode())
+    tool_calls = tuple(
+        ToolCall(call.get("id"), (call.get("function") or {}).get("name"),
+                 _arguments((call.get("function") or {}).get("arguments")))
+        for call in message.get("tool_calls") or ()
+        if isinstance(call, dict)
+    )
+    return Message(message.get("role"), text_of(message.get("content")), tool_calls, message.get("tool_call_id"),
+                   message.get("name"))
+
+
+def chat_messages(messages: list[Any]) -> list[Message]:
+    return [chat_message(m) for m in messages]
+
+
+class ChatCompletions(Dialect):
+    name = "chat"
+    path = "/chat/completions"
+
+    def decode_request(self, body: bytes) -> Request:
+        try:
+            chat = _request_decoder.decode(body)
+        except msgspec.DecodeError as exc:
+            raise RequestError(f"request body is not a chat completions request ({exc}); "
+                               'expected JSON with a non-empty "messages" array') from None
+        if not chat.messages:
+            raise RequestError('"messages" is empty')
+        include_usage = bool((chat.stream_options or {}).get("include_usage"))
+        return Request(bool(chat.stream), include_usage, chat.model, chat.messages, chat_messages)
+
+    def reply_id(self, script: int, call: int) -> str:
+        return f"chatcmpl-mockllm-{script}-{call}"
+
+    def render(self, entry: Entry, envelope: Envelope) -> Reply:
+        return render_entry(entry, envelope)
+
+    def error_body(self, message: str, code: str | None, status: int) -> bytes:
+        return error_body(message, code, status)
+
+    def stream_decoder(self) -> StreamDecoder:
+        return ChatStreamDecoder()
+
+
 def render_entry(entry: Entry, envelope: Envelope) -> Reply:
     """Answer for one script entry (templates must already be resolved)."""
     if isinstance(entry, HangEntry):
-        hang = [BlockStart(0, "text"), TextDelta(0, HANG_TEXT)]
-        stream = _Stream(envelope, hang)
-        return Reply(200, tuple(stream.frames), None, "hold", None, b"", hold_when_not_streaming=True)
+        stream = _Stream(envelope, list(HANG_CHUNKS))
+        return Reply(200, tuple(stream.frames), None, "hold", (), b"", hold_when_not_streaming=True)
     if isinstance(entry, ThrowEntry):
         return _render_throw(entry, envelope)
     return _render_chunks(entry, envelope)
@@ -145,10 +158,10 @@ def _render_chunks(entry: ChunksEntry, envelope: Envelope) -> Reply:
     finish = stream.finish
     if finish is not None and finish.reason.kind == "error" and finish.reason.error_code == "CONTEXT_WINDOW_EXCEEDED":
         message = finish.reason.error_message or "context window exceeded"
-        return Reply(400, (), None, "done", None, error_body(message, "context_length_exceeded", 400), body_status=400)
+        return Reply(400, (), None, "done", (), error_body(message, "context_length_exceeded", 400), body_status=400)
     hold = finish is not None and finish.reason.kind == "aborted"
     return Reply(
-        200, tuple(stream.frames), stream.usage_frame(), "hold" if hold else "done", None,
+        200, tuple(stream.frames), stream.usage_frame(), "hold" if hold else "done", (DONE,),
         _encode(stream.completion()), hold_when_not_streaming=hold,
     )
 
@@ -157,12 +170,11 @@ def _render_throw(entry: ThrowEntry, envelope: Envelope) -> Reply:
     status = throw_status(entry.code, entry.status)
     body = error_body(entry.message, entry.code, status)
     if not entry.chunks:
-        return Reply(status, (), None, "error", None, body, body_status=status)
+        return Reply(status, (), None, "error", (), body, body_status=status)
     stream = _Stream(envelope, entry.chunks)
     if entry.code == "STREAM_CLOSED":
-        return Reply(200, tuple(stream.frames), None, "cut", None, body, body_status=status)
-    error_frame = b"data: " + body + b"\n\n"
-    return Reply(200, tuple(stream.frames), None, "error", error_frame, body, body_status=status)
+        return Reply(200, tuple(stream.frames), None, "cut", (), body, body_status=status)
+    return Reply(200, tuple(stream.frames), None, "error", (data_event(body),), body, body_status=status)
 
 
 def finish_reason(finish: FinishChunk) -> str:
@@ -184,8 +196,9 @@ class _Stream:
     """Walks one call's chunks once, producing its SSE frames and its assembled completion."""
 
     def __init__(self, envelope: Envelope, chunks: list[StreamChunk]) -> None:
+        # Every chunk's JSON opens with the same fields: encoded once per reply.
         self._prefix = (
-            b'data: {"id":' + _encode(envelope.completion_id) + b',"object":"chat.completion.chunk","created":'
+            b'{"id":' + _encode(envelope.reply_id) + b',"object":"chat.completion.chunk","created":'
             + _encode(envelope.created) + b',"model":' + _encode(envelope.model) + b","
         )
         self._envelope = envelope
@@ -256,12 +269,12 @@ class _Stream:
             delta = {"role": "assistant", **delta}
             self._role_sent = True
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        self.frames.append(self._prefix + b'"choices":[' + _encode(choice) + b"]}\n\n")
+        self.frames.append(data_event(self._prefix + b'"choices":[' + _encode(choice) + b"]}"))
 
     def usage_frame(self) -> bytes | None:
         if self.usage is None:
             return None
-        return self._prefix + b'"choices":[],"usage":' + _encode(usage_object(self.usage)) + b"}\n\n"
+        return data_event(self._prefix + b'"choices":[],"usage":' + _encode(usage_object(self.usage)) + b"}")
 
     def completion(self) -> dict[str, Any]:
         """The non-streaming `chat.completion` for the same call."""
@@ -276,7 +289,7 @@ class _Stream:
         elif message["content"] is None:
             message["content"] = ""
         out: dict[str, Any] = {
-            "id": self._envelope.completion_id, "object": "chat.completion", "created": self._envelope.created,
+            "id": self._envelope.reply_id, "object": "chat.completion", "created": self._envelope.created,
             "model": self._envelope.model,
             "choices": [{"index": 0, "message": message, "logprobs": None,
                          "finish_reason": finish_reason(self.finish) if self.finish else None}],

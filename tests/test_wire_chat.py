@@ -9,7 +9,9 @@ import msgspec
 import pytest
 
 from mockllm.entries import Entry
-from mockllm.wire.openai import DONE, Envelope, Reply, render_entry
+from mockllm.wire.chat import DONE, render_entry
+from mockllm.wire.dialect import Envelope
+from mockllm.wire.reply import Reply
 from tests.conftest import sse_payloads
 
 ENVELOPE = Envelope("chatcmpl-1", 1700000000, "m")
@@ -93,7 +95,7 @@ def test_stream_parts_split_the_stream_after_its_first_event(include_usage: bool
 def test_stream_parts_of_short_streams() -> None:
     finish_only = render(chunks(fin("stop")))
     assert finish_only.stream_parts(False) == (finish_only.frames[0], DONE)
-    empty = Reply(status=200, frames=(), usage_frame=None, ending="cut", error_frame=None, body=b"")
+    empty = Reply(status=200, frames=(), usage_frame=None, ending="cut", closing=(), body=b"")
     assert empty.stream_parts(True) == (b"", b"")
 
 

@@ -1,0 +1,125 @@
+"""The seam between the replay core and the wire dialects.
+
+A dialect decodes its requests into a neutral `Request` (what routing, templates and input
+comparison read), renders script entries as its own bytes (`Reply`), shapes its error bodies, and
+decodes a live upstream stream back into StreamChunks (what a recorder needs). The server, the
+reply cache, conversation routing and templates name no dialect: adding one is a module under
+`mockllm/wire/` and one line in `mockllm/wire/__init__.py`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from mockllm.chunks import StreamChunk
+from mockllm.entries import Entry
+from mockllm.errors import MockllmError
+from mockllm.wire.reply import Reply
+
+
+class ToolCall(NamedTuple):
+    """A tool call the assistant made, as the conversation carries it back."""
+
+    id: str | None
+    name: str | None
+    arguments: str | None  # as sent: a JSON text (dialects with structured input encode it canonically)
+
+
+class Message(NamedTuple):
+    """One conversation message in neutral form.
+
+    `role` is system, user, assistant or tool; `text` joins the message's text parts (reasoning is
+    left out: clients strip it from older turns); a tool result is a `tool` message naming the call
+    it answers in `tool_call_id`.
+    """
+
+    role: str | None
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+class RequestError(MockllmError):
+    """A request body that is not a valid request of its dialect; the message says what was expected."""
+
+
+@dataclass(slots=True)
+class Request:
+    """A live model request in neutral form.
+
+    The conversation stays undecoded until routing, a template or a comparison asks for it: with a
+    session header and no templates nothing reads it, and decoding a long agent history would be
+    most of a request's work before its first byte.
+    """
+
+    stream: bool
+    include_usage: bool  # dialects that always send usage say True
+    model: str | None
+    raw_conversation: Any  # the dialect's conversation field(s), undecoded: templates search its strings
+    _decode: Callable[[Any], list[Message]] = field(repr=False)
+    # The id of an earlier reply this request continues (OpenAI Responses' previous_response_id).
+    continues: str | None = None
+    _messages: list[Message] | None = field(default=None, repr=False)
+
+    @property
+    def messages(self) -> list[Message]:
+        """The conversation, decoded on first use."""
+        if self._messages is None:
+            self._messages = self._decode(self.raw_conversation)
+        return self._messages
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """What every event of one rendered reply repeats: its id, creation time and model."""
+
+    reply_id: str
+    created: int
+    model: str
+
+
+class StreamDecoder(ABC):
+    """Turns one live streamed answer, event by event, back into StreamChunks (record mode)."""
+
+    @abstractmethod
+    def feed(self, event: str | None, data: bytes) -> list[StreamChunk]:
+        """The chunks one SSE event (name, data) adds."""
+
+    @abstractmethod
+    def close(self) -> list[StreamChunk]:
+        """The chunks that end the call (block ends, usage, finish), once the stream is over."""
+
+
+class Dialect(ABC):
+    """One wire API (OpenAI chat completions, Anthropic Messages, OpenAI Responses)."""
+
+    name: str  # short and stable: journal records and caches are keyed by it
+    path: str  # the route under a base, e.g. "/chat/completions" under ".../v1"
+
+    @abstractmethod
+    def decode_request(self, body: bytes) -> Request:
+        """The neutral request; raises RequestError naming what is wrong."""
+
+    @abstractmethod
+    def reply_id(self, script: int, call: int) -> str:
+        """A stable id for the reply to entry `call` of script `script` (the same bytes every run)."""
+
+    @abstractmethod
+    def render(self, entry: Entry, envelope: Envelope) -> Reply:
+        """Answer one script entry (templates already resolved)."""
+
+    @abstractmethod
+    def error_body(self, message: str, code: str | None, status: int) -> bytes:
+        """This dialect's error body for an HTTP status."""
+
+    @abstractmethod
+    def stream_decoder(self) -> StreamDecoder:
+        """A fresh decoder for one live streamed answer."""
+
+    def script_of(self, reply_id: str) -> int | None:
+        """The script an earlier reply id was rendered for, when this dialect's ids say so."""
+        return None
