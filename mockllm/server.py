@@ -136,11 +136,11 @@ class MockServer:
         try:
             reply = self.catalogs[run.scenario.name].reply(dialect, turn.script, turn.call, call, run.cwd)
         except TemplateError as exc:
-            failure = run.fail(ReplayFailure(
+            unmatched = run.fail(ReplayFailure(
                 422, "from_request_unmatched",
                 f"run {run.id}: session {turn.session.file} call {turn.call + 1}: {exc}", live_id, turn.call))
-            record.update(status=422, error=failure.code)
-            return mock_error(422, failure.code, failure.message, dialect=dialect)
+            record.update(status=422, error=unmatched.code)
+            return mock_error(422, unmatched.code, unmatched.message, dialect=dialect)
         record["status"] = reply.status
         if reply.status != 200:
             # A replayed provider error: exactly as the provider sent it, so an SDK may retry as it did.

@@ -79,5 +79,6 @@ def resolve_entry(entry: Entry, messages: Any, cwd: str | None) -> Entry:
             return [walk(v) for v in value]
         return value
 
-    return msgspec.convert(walk(msgspec.to_builtins(entry)), Entry)  # type: ignore[arg-type]
+    resolved: Entry = msgspec.convert(walk(msgspec.to_builtins(entry)), Entry)
+    return resolved
 

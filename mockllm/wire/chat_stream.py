@@ -52,7 +52,7 @@ def usage_from_wire(usage: dict[str, Any]) -> TokenUsage:
 class _Open:
     """A block seen so far: its type and what its deltas assembled."""
 
-    __slots__ = ("index", "kind", "parts", "call_id", "name")
+    __slots__ = ("call_id", "index", "kind", "name", "parts")
 
     def __init__(self, index: int, kind: str) -> None:
         self.index = index
