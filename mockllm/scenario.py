@@ -16,7 +16,7 @@ from mockllm.entries import Entry
 from mockllm.errors import MockllmError, NotAScenarioError, RecordingError
 from mockllm.header import SessionHeader, SessionKind
 from mockllm.recording import SessionLog, read_log
-from mockllm.script import calls_to_entries, derive_calls, recorded_model
+from mockllm.script import derive_script, recorded_model
 from mockllm.sidecar import SIDECAR_FILE, Sidecar, read_sidecar
 
 PRIMARY_FILE = "session.jsonl"
@@ -138,16 +138,11 @@ def load_suite(path: Path, *, keep_logs: bool = False) -> Suite:
 
 def _session_script(file: Path, sidecar: Sidecar | None, keep_logs: bool) -> SessionScript:
     log = read_log(file)
-    calls = derive_calls(log)
-    replaced = sidecar.replaces(len(calls)) if sidecar is not None else set()
-    entries = calls_to_entries(calls, log, replaced)
-    if sidecar is not None:
-        entries = sidecar.apply(entries)
+    script = derive_script(log, sidecar, primary=file.name == PRIMARY_FILE)
     header = log.header
-    kind: SessionKind = "primary" if file.name == PRIMARY_FILE else ("fork" if header.is_seeded else "spawn")
     return SessionScript(
-        id=header.id, file=file.name, parent=header.parent_session, kind=kind, cut=header.cut,
-        events=len(log.events), created_at=header.created_at, entries=entries, header=header,
+        id=header.id, file=file.name, parent=header.parent_session, kind=script.kind, cut=header.cut,
+        events=len(log.events), created_at=header.created_at, entries=script.entries, header=header,
         model=recorded_model(log), log=log if keep_logs else None,
     )
 
@@ -155,5 +150,5 @@ def _session_script(file: Path, sidecar: Sidecar | None, keep_logs: bool) -> Ses
 def _override_only_primary(path: Path, sidecar: Sidecar) -> SessionScript:
     return SessionScript(
         id=path.name, file=SIDECAR_FILE, parent=None, kind="primary", cut=0, events=0,
-        created_at=0, entries=sidecar.apply([]), header=None, model=None,
+        created_at=0, entries=derive_script(None, sidecar, primary=True).entries, header=None, model=None,
     )

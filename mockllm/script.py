@@ -14,7 +14,9 @@ import msgspec
 from mockllm.chunks import Block, BlockEnd, BlockStart, FinishChunk, FinishReason, StreamChunk, TokenUsage, UsageChunk
 from mockllm.entries import ChunksEntry, Entry
 from mockllm.errors import RecordingError
+from mockllm.header import SessionKind
 from mockllm.recording import CallChunk, Event, SessionLog
+from mockllm.sidecar import Sidecar
 
 COMPACTION_EVENT = "compaction/summary"
 
@@ -87,6 +89,34 @@ def recorded_calls(events: list[Event], log: SessionLog) -> list[RecordedCall]:
 def derive_calls(log: SessionLog) -> list[RecordedCall]:
     """The session's own recorded calls (after the cut), unvalidated."""
     return recorded_calls(own_events(log), log)
+
+
+@dataclass(frozen=True, slots=True)
+class DerivedScript:
+    """What a session replays: its kind and its entries, in call order."""
+
+    kind: SessionKind
+    entries: list[Entry]
+
+
+def derive_script(log: SessionLog | None, sidecar: Sidecar | None, *, primary: bool) -> DerivedScript:
+    """A session's replay script, the one place derivation happens (DESIGN.md §2).
+
+    Cut at the seed, group the own chunks into calls, require each call's `finish` unless the
+    sidecar replaces that call, apply the sidecar, and name the kind. `log` is None for an
+    override-only scenario, whose sidecar is the primary's whole script.
+    """
+    if log is None:
+        if sidecar is None:
+            raise ValueError("a script needs a log or a sidecar")
+        return DerivedScript("primary", sidecar.apply([]))
+    calls = derive_calls(log)
+    replaced = sidecar.replaces(len(calls)) if sidecar is not None else set()
+    entries = calls_to_entries(calls, log, replaced)
+    if sidecar is not None:
+        entries = sidecar.apply(entries)
+    kind: SessionKind = "primary" if primary else ("fork" if log.header.is_seeded else "spawn")
+    return DerivedScript(kind, entries)
 
 
 def calls_to_entries(calls: list[RecordedCall], log: SessionLog, replaced: set[int]) -> list[Entry]:
