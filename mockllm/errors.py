@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 
 class MockllmError(Exception):
@@ -25,3 +26,39 @@ class RecordingError(MockllmError):
 
 class NotAScenarioError(MockllmError):
     """A folder holds neither `session.jsonl` nor `replay.override.json`."""
+
+
+class HeaderError(MockllmError, ValueError):
+    """The header line is not a v0 session header; the message says what is wrong."""
+
+
+class TemplateError(MockllmError):
+    """A `{{fromRequest:…}}` matched nothing or its pattern is invalid."""
+
+
+class ScenarioError(MockllmError):
+    """A scenario failed to load; `problems` holds one error per broken file."""
+
+    def __init__(self, name: str, problems: list[RecordingError]) -> None:
+        self.name = name
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
+
+
+class ReplayFailure(MockllmError):
+    """A request the script cannot answer; recorded in the run's failures and answered with `status`."""
+
+    def __init__(self, status: int, code: str, message: str, session: str | None, call: int | None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.session = session
+        self.call = call
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "session": self.session, "call": self.call}
+
+
+class RequestError(MockllmError):
+    """A request body that is not a valid request of its dialect; the message says what was expected."""

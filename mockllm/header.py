@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from mockllm.errors import HeaderError
+
 SessionKind = Literal["primary", "spawn", "fork"]
 
 FORMAT_VERSION = 0
@@ -64,10 +66,6 @@ class SessionHeader:
     def cut(self) -> int:
         """Index of the first event this session produced itself."""
         return self.inherited.value
-
-
-class HeaderError(ValueError):
-    """The header line is not a v0 session header; the message says what is wrong."""
 
 
 def parse_header(line: bytes) -> SessionHeader:

@@ -22,8 +22,8 @@ from mockllm.chunks import (
     ToolCallDelta,
 )
 from mockllm.entries import Entry, HangEntry, ThrowEntry
-from mockllm.errors import NotAScenarioError
-from mockllm.scenario import Scenario, ScenarioError, SessionScript, Suite, load_suite
+from mockllm.errors import NotAScenarioError, ScenarioError
+from mockllm.scenario import Scenario, SessionScript, Suite, load_suite
 
 GIST_WORDS = 8
 GIST_MESSAGE_CHARS = 80

@@ -19,8 +19,8 @@ from typing import Literal
 import msgspec
 
 from mockllm.chunks import ReasoningDelta, StreamChunk, TextDelta, ToolCallDelta
-from mockllm.errors import RecordingError
-from mockllm.header import HeaderError, SessionHeader, parse_header
+from mockllm.errors import HeaderError, RecordingError
+from mockllm.header import SessionHeader, parse_header
 
 CHUNK_EVENT = "assistant/chunk"
 PACKED_TYPES = ("text-chunks", "reasoning-chunks", "tool-call-chunks")

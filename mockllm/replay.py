@@ -16,27 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from mockllm.conversations import ConversationIndex
-from mockllm.errors import MockllmError
+from mockllm.errors import ReplayFailure
 from mockllm.options import Headerless
 from mockllm.scenario import Scenario, SessionScript
 from mockllm.wire.dialect import Dialect, Request
 
 ANONYMOUS = "anonymous"
-
-
-class ReplayFailure(MockllmError):
-    """A request the script cannot answer; recorded in the run's failures and answered with `status`."""
-
-    def __init__(self, status: int, code: str, message: str, session: str | None, call: int | None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.session = session
-        self.call = call
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, "session": self.session, "call": self.call}
 
 
 @dataclass(slots=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mockllm.entries import Entry
-from mockllm.errors import MockllmError, NotAScenarioError, RecordingError
+from mockllm.errors import NotAScenarioError, RecordingError, ScenarioError
 from mockllm.header import SessionHeader, SessionKind
 from mockllm.recording import SessionLog, read_log
 from mockllm.script import derive_script, recorded_model
@@ -51,15 +51,6 @@ class Scenario:
     @property
     def primary(self) -> SessionScript:
         return self.sessions[0]
-
-
-class ScenarioError(MockllmError):
-    """A scenario failed to load; `problems` holds one error per broken file."""
-
-    def __init__(self, name: str, problems: list[RecordingError]) -> None:
-        self.name = name
-        self.problems = problems
-        super().__init__("\n".join(str(p) for p in problems))
 
 
 @dataclass(slots=True)

@@ -18,13 +18,13 @@ import msgspec
 from aiohttp import web
 
 from mockllm.catalog import Catalog
+from mockllm.errors import ReplayFailure, RequestError, TemplateError
 from mockllm.options import ServeOptions
-from mockllm.replay import ReplayFailure, Run, Runs
+from mockllm.replay import Run, Runs
 from mockllm.scenario import Suite
-from mockllm.templates import TemplateError
 from mockllm.wire import CHAT, DIALECTS
 from mockllm.wire.chat import models_body
-from mockllm.wire.dialect import Dialect, RequestError
+from mockllm.wire.dialect import Dialect
 from mockllm.wire.reply import Reply
 
 log = logging.getLogger("mockllm")

@@ -13,13 +13,9 @@ from typing import Any
 import msgspec
 
 from mockllm.entries import FROM_REQUEST, Entry
-from mockllm.errors import MockllmError
+from mockllm.errors import TemplateError
 
 CWD = "{{cwd}}"
-
-
-class TemplateError(MockllmError):
-    """A `{{fromRequest:…}}` matched nothing or its pattern is invalid."""
 
 
 def request_text(messages: Any) -> str:

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from logbuilder import corpus_params
 
-from mockllm.errors import RecordingError
-from mockllm.header import HeaderError, InheritedEventCount, SessionHeader, encode_header, parse_header
+from mockllm.errors import HeaderError, RecordingError
+from mockllm.header import InheritedEventCount, SessionHeader, encode_header, parse_header
 from mockllm.recording import read_log
 
 

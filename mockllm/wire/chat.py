@@ -25,8 +25,9 @@ from mockllm.chunks import (
     UsageChunk,
 )
 from mockllm.entries import HANG_CHUNKS, ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
+from mockllm.errors import RequestError
 from mockllm.wire.chat_stream import ChatStreamDecoder
-from mockllm.wire.dialect import Dialect, Envelope, Message, Request, RequestError, StreamDecoder, ToolCall
+from mockllm.wire.dialect import Dialect, Envelope, Message, Request, StreamDecoder, ToolCall
 from mockllm.wire.reply import Reply
 from mockllm.wire.sse import data_event
 

@@ -16,7 +16,6 @@ from typing import Any, NamedTuple
 
 from mockllm.chunks import StreamChunk
 from mockllm.entries import Entry
-from mockllm.errors import MockllmError
 from mockllm.wire.reply import Reply
 
 
@@ -41,10 +40,6 @@ class Message(NamedTuple):
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
-
-
-class RequestError(MockllmError):
-    """A request body that is not a valid request of its dialect; the message says what was expected."""
 
 
 @dataclass(slots=True)
