@@ -41,10 +41,16 @@ class ServeOptions:
         "conversation", "route requests with no session header by their conversation (default) or as one session",
         choices=("conversation", "anonymous"))
     cwd: str | None = _option(None, "replaces {{cwd}} in recorded strings for the default runs", metavar="DIR")
+    journal_limit: int = _option(1000, "calls kept in each run's journal (older ones are counted, not kept)",
+                                 metavar="N", kind=int)
+    log_level: str = _option("warning", "what the server logs; info logs one line per model call",
+                             choices=("debug", "info", "warning", "error"))
 
     def __post_init__(self) -> None:
         if self.headerless not in ("conversation", "anonymous"):
             raise ValueError(f"headerless must be 'conversation' or 'anonymous', not {self.headerless!r}")
+        if self.journal_limit < 1:
+            raise ValueError(f"journal_limit must be at least 1, not {self.journal_limit}")
         if isinstance(self.session_headers, str):  # a lone name given where a list belongs
             object.__setattr__(self, "session_headers", (self.session_headers,))
         else:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from mockllm.conversations import ConversationIndex
 from mockllm.errors import ReplayFailure
-from mockllm.options import Headerless
+from mockllm.journal import Failures, Journal
+from mockllm.options import Headerless, ServeOptions
 from mockllm.scenario import Scenario, SessionScript
 from mockllm.wire.dialect import Dialect, Request
 
@@ -51,8 +51,8 @@ class Run:
     headerless: Headerless = "conversation"
     created: float = field(default_factory=time.time)
     bindings: dict[str, Binding] = field(default_factory=dict)  # live id -> binding
-    failures: list[ReplayFailure] = field(default_factory=list)
-    journal: list[dict[str, Any]] = field(default_factory=list)
+    failures: Failures = field(default_factory=Failures)
+    journal: Journal = field(default_factory=Journal)
     holding: int = 0  # streams currently held open by a hang or an aborted finish
     _bound: dict[int, Binding] = field(default_factory=dict)
     _conversations: ConversationIndex = field(default_factory=ConversationIndex)
@@ -108,9 +108,14 @@ class Run:
         binding = self.bindings[live_id] = self._bound[chosen] = Binding(chosen, live_id)
         return binding
 
+    def script_file(self, live_id: str) -> str | None:
+        """The recorded session file `live_id` is bound to, if it is bound."""
+        binding = self.bindings.get(live_id)
+        return self.scenario.sessions[binding.script].file if binding is not None else None
+
     def fail(self, failure: ReplayFailure) -> ReplayFailure:
         """Record a failure in the run's report, and return it (to raise or answer with)."""
-        self.failures.append(failure)
+        self.failures.add(failure)
         return failure
 
     @property
@@ -138,7 +143,9 @@ class Run:
         """The final report DELETE answers with."""
         return {
             "run": self.id, "scenario": self.scenario.name, "consumed": self.consumed,
-            "failures": [f.as_dict() for f in self.failures], "sessions": self.sessions_report(),
+            "failures": [f.as_dict() for f in self.failures.first],
+            # Past the first FAILURES_KEPT, failures are only counted, per code.
+            "failures_more": dict(self.failures.more), "sessions": self.sessions_report(),
         }
 
     def state(self) -> dict[str, Any]:
@@ -148,30 +155,26 @@ class Run:
             "cwd": self.cwd, "holding": self.holding,
             "bindings": {live: self.scenario.sessions[b.script].id for live, b in self.bindings.items()},
             "cursors": {live: b.cursor for live, b in self.bindings.items()},
-            "journal": [_journal_record(r) for r in self.journal],
+            "journal": [r.as_dict() for r in self.journal],
+            "journal_dropped": self.journal.dropped,
         }
-
-
-def _journal_record(record: dict[str, Any]) -> dict[str, Any]:
-    """A journal record for reading: of the request headers, those the client sent for its own
-    reasons (`x-…`, e.g. `x-deepseek-harness-compact`), lowercased."""
-    headers: Mapping[str, str] = record.get("headers") or {}
-    return {**record, "headers": {k.lower(): v for k, v in headers.items() if k.lower().startswith("x-")}}
 
 
 class Runs:
     """Every run of a server: the default run per scenario, and runs created by clients."""
 
-    def __init__(self, scenarios: dict[str, Scenario], *, headerless: Headerless, cwd: str | None) -> None:
+    def __init__(self, scenarios: dict[str, Scenario], options: ServeOptions) -> None:
         self._scenarios = scenarios
-        self._headerless = headerless
-        self._cwd = cwd
+        self._options = options
         self._runs: dict[str, Run] = {}
         self._defaults: dict[str, str] = {}
         self._ids = itertools.count(1)
 
     def create(self, scenario: str, cwd: str | None = None) -> Run:
-        run = Run(f"run-{next(self._ids)}", self._scenarios[scenario], cwd, self._headerless)
+        """A new run of `scenario`; `cwd` None takes the server's (`--cwd`)."""
+        options = self._options
+        run = Run(f"run-{next(self._ids)}", self._scenarios[scenario], cwd if cwd is not None else options.cwd,
+                  options.headerless, journal=Journal(options.journal_limit))
         self._runs[run.id] = run
         return run
 
@@ -179,7 +182,7 @@ class Runs:
         """The run behind /scenarios/{name}/v1, created on first use."""
         run_id = self._defaults.get(scenario)
         if run_id is None or run_id not in self._runs:
-            run = self.create(scenario, self._cwd)
+            run = self.create(scenario)
             self._defaults[scenario] = run.id
             return run
         return self._runs[run_id]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
 import signal
 import sys
 from collections.abc import Callable, Coroutine
@@ -60,6 +61,7 @@ async def start_server(suite: Suite, options: ServeOptions | None = None, **chan
 
 def serve_forever(path: Path, options: ServeOptions) -> int:
     """`mockllm serve`: load, print what is served, serve until SIGINT/SIGTERM."""
+    logging.basicConfig(level=options.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         suite = load_suite(path)
     except MockllmError as exc:

@@ -19,12 +19,13 @@ from aiohttp import web
 
 from mockllm.catalog import Catalog
 from mockllm.errors import ReplayFailure, RequestError, TemplateError
+from mockllm.journal import CallRecord
 from mockllm.options import ServeOptions
 from mockllm.replay import Run, Runs
 from mockllm.scenario import Suite
 from mockllm.wire import CHAT, DIALECTS
 from mockllm.wire.chat import models_body
-from mockllm.wire.dialect import Dialect
+from mockllm.wire.dialect import Dialect, Request
 from mockllm.wire.reply import Reply
 
 log = logging.getLogger("mockllm")
@@ -56,7 +57,7 @@ class MockServer:
         self.catalogs = {name: Catalog(scenario) for name, scenario in suite.scenarios.items()}
         for catalog in self.catalogs.values():
             catalog.warm(CHAT)  # the dialect nearly every agent speaks: rendered before the first request
-        self.runs = Runs(suite.scenarios, headerless=options.headerless, cwd=options.cwd)
+        self.runs = Runs(suite.scenarios, options)
         self.session_headers = options.all_session_headers
         self.max_body = MAX_BODY  # the app's client_max_size too (create_app)
         self._held: set[asyncio.Future[None]] = set()  # streams held by a hang, released on shutdown
@@ -121,27 +122,37 @@ class MockServer:
             return mock_error(400, "invalid_request", f"run {run.id}: {exc}", dialect=dialect)
 
         headers = request.headers
-        header_id = self._session_header(headers)
-        live_id = run.live_session(header_id, call, dialect)
-        # The headers are kept as they came and filtered only when the journal is read: off the hot path.
-        record: dict[str, Any] = {"session": live_id, "stream": call.stream, "headers": headers}
-        run.journal.append(record)
+        live_id = run.live_session(self._session_header(headers), call, dialect)
+        record = run.journal.record(dialect.name, live_id, call.stream, headers, body)
         try:
-            turn = run.take(live_id)
+            return await self._serve_call(request, run, dialect, call, record)
+        finally:
+            record.done()
+            if log.isEnabledFor(logging.INFO):
+                log.info("%s %s %s session %s (%s) call %s: %s %s%.1f ms", run.id, dialect.name, record.kind or "-",
+                         live_id, record.script or "unbound", "-" if record.call is None else record.call + 1,
+                         record.status, f"{record.error} " if record.error else "", record.duration_ms or 0.0)
+
+    async def _serve_call(self, request: web.Request, run: Run, dialect: Dialect, call: Request,
+                          record: CallRecord) -> web.StreamResponse:
+        try:
+            turn = run.take(record.session)
         except ReplayFailure as failure:
-            record.update(status=failure.status, error=failure.code)
+            # Past the end, the call number is the one asked for; an unrecorded session has no file.
+            record.status, record.error, record.call = failure.status, failure.code, failure.call
+            record.script = run.script_file(record.session)
             return mock_error(failure.status, failure.code, failure.message, dialect=dialect)
         entry = turn.session.entries[turn.call]
-        record.update(script=turn.session.file, call=turn.call, kind=type(entry).__name__)
+        record.script, record.call, record.kind = turn.session.file, turn.call, type(entry).__name__
         try:
             reply = self.catalogs[run.scenario.name].reply(dialect, turn.script, turn.call, call, run.cwd)
         except TemplateError as exc:
             unmatched = run.fail(ReplayFailure(
                 422, "from_request_unmatched",
-                f"run {run.id}: session {turn.session.file} call {turn.call + 1}: {exc}", live_id, turn.call))
-            record.update(status=422, error=unmatched.code)
+                f"run {run.id}: session {turn.session.file} call {turn.call + 1}: {exc}", record.session, turn.call))
+            record.status, record.error = 422, unmatched.code
             return mock_error(422, unmatched.code, unmatched.message, dialect=dialect)
-        record["status"] = reply.status
+        record.status = reply.status
         if reply.status != 200:
             # A replayed provider error: exactly as the provider sent it, so an SDK may retry as it did.
             return web.Response(status=reply.status, body=reply.body, content_type="application/json")
@@ -150,6 +161,7 @@ class MockServer:
                 await self._hold(run)  # returns only when the server shuts down
                 return mock_error(503, "shutting_down", f"run {run.id}: mockllm is shutting down; "
                                   "the held call was released", dialect=dialect)
+            record.status = reply.body_status
             return web.Response(status=reply.body_status, body=reply.body, content_type="application/json")
         return await self._stream(request, run, reply, call.include_usage)
 
@@ -255,7 +267,7 @@ class MockServer:
         problem = self._scenario_error(name)
         if problem is not None:
             return problem
-        run = self.runs.create(name, cwd if cwd is not None else self.options.cwd)
+        run = self.runs.create(name, cwd)
         return web.json_response({"run": run.id, "base_url": _base(request, f"/runs/{run.id}/v1")}, status=201)
 
     async def get_run(self, request: web.Request) -> web.Response:

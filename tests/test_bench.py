@@ -295,3 +295,16 @@ def test_scale_judges_each_level_against_the_best_lower_one_and_the_stack(mockll
     assert levels[1]["change"] == pytest.approx([2.0, 2.0])
     assert levels[2]["relative"] == pytest.approx([relative, relative])
     assert levels[2]["rps"] == pytest.approx(0.75 * mockllm[2])  # median over the two passes
+
+
+def test_the_journal_bench_runs_and_its_storm_is_answered(tmp_path: Path) -> None:
+    out = tmp_path / "journal.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPTS / "bench_journal.py"), "--calls", "300", "--json", str(out)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    result = json.loads(out.read_text())
+    assert result["served_ok"] == result["exhausted_ok"] == 300
+    assert result["failures_kept"] == 100 and result["failures_counted"] == {"script_exhausted": 200}
+    assert "retry storm" in done.stdout
