@@ -38,13 +38,24 @@ class Catalog:
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
         self.model = next((s.model for s in scenario.sessions if s.model), DEFAULT_MODEL)
-        self._placeholders = [[_scan(entry) for entry in session.entries] for session in scenario.sessions]
+        # Scripts by index: the sessions' in script order, then the side routes' (side_script()).
+        self._scripts = [s.entries for s in scenario.sessions] + [r.entries for r in scenario.side_routes]
+        self._created = [int(s.created_at // 1000) for s in scenario.sessions] + [0] * len(scenario.side_routes)
+        self._models = [self.model] * len(scenario.sessions) + [r.model for r in scenario.side_routes]
+        self._placeholders = [[_scan(entry) for entry in entries] for entries in self._scripts]
         self._rendered: dict[str, list[list[_Rendered | None]]] = {}
+
+    def entry(self, script: int, call: int) -> Entry:
+        return self._scripts[script][call]
+
+    def side_script(self, route: int) -> int:
+        """The script index of side route `route`."""
+        return len(self.scenario.sessions) + route
 
     def warm(self, dialect: Dialect) -> None:
         """Render every entry for `dialect` now (at start-up, off the request path)."""
-        for script, session in enumerate(self.scenario.sessions):
-            for call in range(len(session.entries)):
+        for script, entries in enumerate(self._scripts):
+            for call in range(len(entries)):
                 self._cached(dialect, script, call)
 
     def reply(self, dialect: Dialect, script: int, call: int, request: Request | None, cwd: str | None) -> Reply:
@@ -52,23 +63,22 @@ class Catalog:
         rendered = self._cached(dialect, script, call)
         if rendered.reply is not None and not (cwd is not None and self._placeholders[script][call].mentions_cwd):
             return rendered.reply
-        entry = self.scenario.sessions[script].entries[call]
+        entry = self._scripts[script][call]
         haystack = request.raw_conversation if request is not None else []
         return dialect.render(resolve_entry(entry, haystack, cwd), rendered.envelope)
 
     def _cached(self, dialect: Dialect, script: int, call: int) -> _Rendered:
         table = self._rendered.get(dialect.name)
         if table is None:
-            table = self._rendered[dialect.name] = [[None] * len(s.entries) for s in self.scenario.sessions]
+            table = self._rendered[dialect.name] = [[None] * len(entries) for entries in self._scripts]
         rendered = table[script][call]
         if rendered is None:
             rendered = table[script][call] = self._render(dialect, script, call)
         return rendered
 
     def _render(self, dialect: Dialect, script: int, call: int) -> _Rendered:
-        created = int(self.scenario.sessions[script].created_at // 1000)
-        envelope = Envelope(dialect.reply_id(script, call), created, self.model)
-        entry: Entry = self.scenario.sessions[script].entries[call]
+        envelope = Envelope(dialect.reply_id(script, call), self._created[script], self._models[script])
+        entry: Entry = self._scripts[script][call]
         per_request = self._placeholders[script][call].per_request
         return _Rendered(envelope, None if per_request else dialect.render(entry, envelope))
 

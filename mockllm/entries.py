@@ -7,6 +7,7 @@ after streaming its chunks) and `hang` (the call stalls until the client gives u
 from __future__ import annotations
 
 import re
+from pathlib import PurePosixPath, PureWindowsPath
 
 import msgspec
 
@@ -51,3 +52,15 @@ def throw_status(code: str, status: int | None) -> int:
     if code.startswith("HTTP_") and code[5:].isdigit() and 100 <= int(code[5:]) <= 599:
         return int(code[5:])
     return 500
+
+
+def ready_file_problem(ready_file: str) -> str | None:
+    """Why a hang's `readyFile` may not be written, or None: it is created relative to the run's
+    cwd, so it must be a relative path that stays inside that folder."""
+    if not ready_file.strip():
+        return "is empty"
+    if PurePosixPath(ready_file).is_absolute() or PureWindowsPath(ready_file).is_absolute() or ready_file[:1] in "/\\":
+        return "is absolute: it must be relative to the run's cwd"
+    if ".." in PurePosixPath(ready_file.replace("\\", "/")).parts:
+        return "leaves the run's cwd (..): it must stay inside it"
+    return None

@@ -2,7 +2,8 @@
 
 The human output is for reading at a glance; `--json` is a fixed shape that external tools read:
 `{"scenarios":[{"name","sessions":[{"id","file","parent","kind","cut","events","entries"}]}]}`,
-plus a top-level `"broken"` list only when some scenario failed to load.
+plus `"side_routes": [{"model","file","repeat","entries"}]` on a scenario that declares any, and
+a top-level `"broken"` list only when some scenario failed to load.
 """
 
 from __future__ import annotations
@@ -57,7 +58,10 @@ def suite_to_json(suite: Suite) -> dict[str, Any]:
 
 
 def scenario_to_json(scenario: Scenario) -> dict[str, Any]:
-    return {"name": scenario.name, "sessions": [session_to_json(s) for s in scenario.sessions]}
+    doc: dict[str, Any] = {"name": scenario.name, "sessions": [session_to_json(s) for s in scenario.sessions]}
+    if scenario.side_routes:  # only when declared: the documented shape stays as it was for the rest
+        doc["side_routes"] = [r.summary() for r in scenario.side_routes]
+    return doc
 
 
 def session_to_json(session: SessionScript) -> dict[str, Any]:
@@ -107,6 +111,12 @@ def describe_scenario(scenario: Scenario) -> list[str]:
         if not session.entries:
             lines.append("    (no model calls)")
         for number, entry in enumerate(session.entries):
+            lines.append(f"    #{number:<2} {describe_entry(entry)}")
+    for route in scenario.side_routes:
+        repeat = ", its last entry repeats" if route.repeat else ""
+        lines.append(f"  side route: model {route.model} <- {route.file}  "
+                     f"({counted(len(route.entries), 'entry', 'entries')}{repeat})")
+        for number, entry in enumerate(route.entries):
             lines.append(f"    #{number:<2} {describe_entry(entry)}")
     return lines
 

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from mockllm.side_routes import SideRouteSpec, parse_side_route
+
 Headerless = Literal["conversation", "anonymous"]
 
 # Built-in session headers: mockllm's own, and the one dsh's DeepSeek adapter sends.
@@ -41,6 +43,9 @@ class ServeOptions:
         "conversation", "route requests with no session header by their conversation (default) or as one session",
         choices=("conversation", "anonymous"))
     cwd: str | None = _option(None, "replaces {{cwd}} in recorded strings for the default runs", metavar="DIR")
+    side_routes: tuple[str, ...] = _option(
+        (), "serve requests for model MODEL from FILE (in each scenario's folder), not from a session (repeatable)",
+        flag="--side-route", metavar="MODEL=FILE", repeat=True)
     journal_limit: int = _option(1000, "calls kept in each run's journal (older ones are counted, not kept)",
                                  metavar="N", kind=int)
     log_level: str = _option("warning", "what the server logs; info logs one line per model call",
@@ -51,15 +56,21 @@ class ServeOptions:
             raise ValueError(f"headerless must be 'conversation' or 'anonymous', not {self.headerless!r}")
         if self.journal_limit < 1:
             raise ValueError(f"journal_limit must be at least 1, not {self.journal_limit}")
-        if isinstance(self.session_headers, str):  # a lone name given where a list belongs
-            object.__setattr__(self, "session_headers", (self.session_headers,))
-        else:
-            object.__setattr__(self, "session_headers", tuple(self.session_headers))
+        for name in ("session_headers", "side_routes"):
+            value = getattr(self, name)
+            # A lone string given where a list belongs is one item, not its characters.
+            object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value))
+        for route in self.side_routes:
+            parse_side_route(route)  # raises ValueError naming the bad one
 
     @property
     def all_session_headers(self) -> tuple[str, ...]:
         """The built-in session headers, then the configured ones, lowercased, in lookup order."""
         return tuple(h.lower() for h in SESSION_HEADERS + self.session_headers)
+
+    @property
+    def side_route_specs(self) -> list[SideRouteSpec]:
+        return [parse_side_route(route) for route in self.side_routes]
 
     def replace(self, **changes: Any) -> ServeOptions:
         """A copy with `changes`; an unknown name is a TypeError naming it."""

@@ -54,8 +54,14 @@ class Run:
     failures: Failures = field(default_factory=Failures)
     journal: Journal = field(default_factory=Journal)
     holding: int = 0  # streams currently held open by a hang or an aborted finish
+    # What each held call is, for the report: live session, file, call, and its ready file if any.
+    held: list[dict[str, Any]] = field(default_factory=list)
+    side_calls: list[int] = field(default_factory=list)  # per side route: calls it was asked so far
     _bound: dict[int, Binding] = field(default_factory=dict)
     _conversations: ConversationIndex = field(default_factory=ConversationIndex)
+
+    def __post_init__(self) -> None:
+        self.side_calls = [0] * len(self.scenario.side_routes)
 
     def live_session(self, header_id: str | None, request: Request, dialect: Dialect) -> str:
         """The live id of the calling session: its header, else the session whose reply it continues,
@@ -108,6 +114,23 @@ class Run:
         binding = self.bindings[live_id] = self._bound[chosen] = Binding(chosen, live_id)
         return binding
 
+    def take_side(self, route: int) -> int:
+        """The entry a side route serves next (its own cursor; `repeat` serves the last one again)."""
+        side = self.scenario.side_routes[route]
+        call = self.side_calls[route]
+        self.side_calls[route] += 1
+        if call < len(side.entries):
+            return call
+        if side.repeat and side.entries:
+            return len(side.entries) - 1
+        raise self.fail(ReplayFailure(
+            410, "script_exhausted",
+            f"run {self.id}: side route {side.model!r} ({side.file}) got call {call + 1} but its script has "
+            f"{len(side.entries)} entries; add entries to {side.file}, or set \"repeat\": true in mockllm.json "
+            "to serve its last entry again",
+            None, call,
+        ))
+
     def script_file(self, live_id: str) -> str | None:
         """The recorded session file `live_id` is bound to, if it is bound."""
         binding = self.bindings.get(live_id)
@@ -120,12 +143,20 @@ class Run:
 
     @property
     def consumed(self) -> bool:
-        """Every script with entries was bound and drained."""
+        """Every script with entries was bound and drained, and every side route served in full."""
         return all(
             (b := self._bound.get(i)) is not None and b.cursor >= len(s.entries)
             for i, s in enumerate(self.scenario.sessions)
             if s.entries
-        )
+        ) and all(calls >= len(r.entries) for calls, r in zip(self.side_calls, self.scenario.side_routes, strict=True))
+
+    def side_routes_report(self) -> list[dict[str, Any]]:
+        out = []
+        for calls, route in zip(self.side_calls, self.scenario.side_routes, strict=True):
+            served = min(calls, len(route.entries))
+            out.append({"model": route.model, "file": route.file, "repeat": route.repeat, "calls": calls,
+                        "served": served, "entries": len(route.entries), "remaining": len(route.entries) - served})
+        return out
 
     def sessions_report(self) -> list[dict[str, Any]]:
         out = []
@@ -146,6 +177,7 @@ class Run:
             "failures": [f.as_dict() for f in self.failures.first],
             # Past the first FAILURES_KEPT, failures are only counted, per code.
             "failures_more": dict(self.failures.more), "sessions": self.sessions_report(),
+            "side_routes": self.side_routes_report(), "held": list(self.held),
         }
 
     def state(self) -> dict[str, Any]:
@@ -186,6 +218,11 @@ class Runs:
             self._defaults[scenario] = run.id
             return run
         return self._runs[run_id]
+
+    def default_id(self, scenario: str) -> str | None:
+        """The id of the scenario's default run, once it has been used."""
+        run_id = self._defaults.get(scenario)
+        return run_id if run_id in self._runs else None
 
     def get(self, run_id: str) -> Run | None:
         return self._runs.get(run_id)

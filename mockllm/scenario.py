@@ -9,6 +9,7 @@ order in which dsh binds new live sessions).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from mockllm.errors import NotAScenarioError, RecordingError, ScenarioError
 from mockllm.header import SessionHeader, SessionKind
 from mockllm.recording import SessionLog, read_log
 from mockllm.script import derive_script, recorded_model
+from mockllm.side_routes import MANIFEST_FILE, SideRoute, SideRouteSpec, load_side_route, read_manifest
 from mockllm.sidecar import SIDECAR_FILE, Sidecar, read_sidecar
 
 PRIMARY_FILE = "session.jsonl"
@@ -47,6 +49,12 @@ class Scenario:
     name: str
     path: Path
     sessions: list[SessionScript]  # in script order
+    side_routes: list[SideRoute] = field(default_factory=list)
+    # model -> index into side_routes: looked up for every request, so a dict.
+    side_models: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.side_models = {route.model: number for number, route in enumerate(self.side_routes)}
 
     @property
     def primary(self) -> SessionScript:
@@ -74,16 +82,29 @@ def session_files(path: Path) -> list[Path]:
     return primary + [p for _, p in children]
 
 
-def load_scenario(path: Path, *, keep_logs: bool = False) -> Scenario:
+def load_scenario(path: Path, *, keep_logs: bool = False, side_routes: Sequence[SideRouteSpec] = ()) -> Scenario:
     """Load and derive every session of one scenario; raises ScenarioError listing every broken file.
 
     `keep_logs` keeps each session's event list (for `check`, which compares seeds with parents).
+    `side_routes` adds routes to those the folder's `mockllm.json` declares.
     """
     if not path.is_dir() or not is_scenario(path):
         raise NotAScenarioError(f"{path}: not a scenario (no {PRIMARY_FILE} and no {SIDECAR_FILE})")
     problems: list[RecordingError] = []
+    routes: list[SideRoute] = []
+    try:
+        specs = [*read_manifest(path), *side_routes]
+    except RecordingError as exc:
+        problems.append(exc)
+        specs = []
+    for spec in specs:
+        try:
+            routes.append(load_side_route(path, spec))
+        except RecordingError as exc:
+            problems.append(exc)
     sidecar: Sidecar | None = None
-    if (path / SIDECAR_FILE).is_file():
+    # A sidecar named as a side route's script is that route's, not the primary's.
+    if (path / SIDECAR_FILE).is_file() and all(r.path.resolve() != (path / SIDECAR_FILE).resolve() for r in routes):
         try:
             sidecar = read_sidecar(path / SIDECAR_FILE)
         except RecordingError as exc:
@@ -103,12 +124,20 @@ def load_scenario(path: Path, *, keep_logs: bool = False) -> Scenario:
     if problems:
         raise ScenarioError(path.name, problems)
 
+    if not sessions:
+        raise ScenarioError(path.name, [RecordingError(path / SIDECAR_FILE, None, "the only sidecar is a side "
+                                                       f"route's script: the scenario needs a {PRIMARY_FILE}")])
+    models = [r.model for r in routes]
+    if len(set(models)) != len(models):
+        twice = sorted({m for m in models if models.count(m) > 1})
+        raise ScenarioError(path.name, [RecordingError(path / MANIFEST_FILE, None,
+                                                       f"side route model(s) declared twice: {', '.join(twice)}")])
     primary, children = sessions[0], sessions[1:]
     children.sort(key=lambda s: (s.created_at, s.id))
-    return Scenario(path.name, path, [primary, *children])
+    return Scenario(path.name, path, [primary, *children], routes)
 
 
-def load_suite(path: Path, *, keep_logs: bool = False) -> Suite:
+def load_suite(path: Path, *, keep_logs: bool = False, side_routes: Sequence[SideRouteSpec] = ()) -> Suite:
     """Load `path` as one scenario, or as a suite of scenario sub-folders; broken ones are kept apart."""
     if not path.is_dir():
         raise NotAScenarioError(f"{path}: not a folder")
@@ -119,7 +148,7 @@ def load_suite(path: Path, *, keep_logs: bool = False) -> Suite:
             suite.skipped.append(folder.name)
             continue
         try:
-            suite.scenarios[folder.name] = load_scenario(folder, keep_logs=keep_logs)
+            suite.scenarios[folder.name] = load_scenario(folder, keep_logs=keep_logs, side_routes=side_routes)
         except ScenarioError as exc:
             suite.broken[folder.name] = exc
     if not suite.scenarios and not suite.broken:

@@ -59,11 +59,16 @@ async def start_server(suite: Suite, options: ServeOptions | None = None, **chan
     return RunningServer(runner, host, bound_port)
 
 
+def load_for(path: Path, options: ServeOptions) -> Suite:
+    """Load the suite at `path` as `options` ask (side routes named on the command line)."""
+    return load_suite(path, side_routes=options.side_route_specs)
+
+
 def serve_forever(path: Path, options: ServeOptions) -> int:
     """`mockllm serve`: load, print what is served, serve until SIGINT/SIGTERM."""
     logging.basicConfig(level=options.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        suite = load_suite(path)
+        suite = load_for(path, options)
     except MockllmError as exc:
         print(f"mockllm: {exc}", file=sys.stderr)
         return 2

@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import msgspec
 from aiohttp import web
 
 from mockllm.catalog import Catalog
+from mockllm.entries import Entry, HangEntry
 from mockllm.errors import ReplayFailure, RequestError, TemplateError
 from mockllm.journal import CallRecord
 from mockllm.options import ServeOptions
@@ -122,10 +124,15 @@ class MockServer:
             return mock_error(400, "invalid_request", f"run {run.id}: {exc}", dialect=dialect)
 
         headers = request.headers
-        live_id = run.live_session(self._session_header(headers), call, dialect)
+        # A side route's model (a title model, warm-ups) never reaches session routing.
+        side = run.scenario.side_models.get(call.model) if call.model is not None else None
+        if side is None:
+            live_id = run.live_session(self._session_header(headers), call, dialect)
+        else:
+            live_id = f"side route {call.model}"
         record = run.journal.record(dialect.name, live_id, call.stream, headers, body)
         try:
-            return await self._serve_call(request, run, dialect, call, record)
+            return await self._serve_call(request, run, dialect, call, record, side)
         finally:
             record.done()
             if log.isEnabledFor(logging.INFO):
@@ -134,36 +141,44 @@ class MockServer:
                          record.status, f"{record.error} " if record.error else "", record.duration_ms or 0.0)
 
     async def _serve_call(self, request: web.Request, run: Run, dialect: Dialect, call: Request,
-                          record: CallRecord) -> web.StreamResponse:
+                          record: CallRecord, side: int | None) -> web.StreamResponse:
+        catalog = self.catalogs[run.scenario.name]
         try:
-            turn = run.take(record.session)
+            if side is None:
+                turn = run.take(record.session)
+                script, index, file = turn.script, turn.call, turn.session.file
+            else:
+                index = run.take_side(side)
+                script, file = catalog.side_script(side), run.scenario.side_routes[side].file
         except ReplayFailure as failure:
             # Past the end, the call number is the one asked for; an unrecorded session has no file.
             record.status, record.error, record.call = failure.status, failure.code, failure.call
-            record.script = run.script_file(record.session)
+            record.script = run.script_file(record.session) if side is None else run.scenario.side_routes[side].file
             return mock_error(failure.status, failure.code, failure.message, dialect=dialect)
-        entry = turn.session.entries[turn.call]
-        record.script, record.call, record.kind = turn.session.file, turn.call, type(entry).__name__
+        entry = catalog.entry(script, index)
+        record.script, record.call, record.kind = file, index, type(entry).__name__
         try:
-            reply = self.catalogs[run.scenario.name].reply(dialect, turn.script, turn.call, call, run.cwd)
+            reply = catalog.reply(dialect, script, index, call, run.cwd)
         except TemplateError as exc:
             unmatched = run.fail(ReplayFailure(
-                422, "from_request_unmatched",
-                f"run {run.id}: session {turn.session.file} call {turn.call + 1}: {exc}", record.session, turn.call))
+                422, "from_request_unmatched", f"run {run.id}: {file} call {index + 1}: {exc}", record.session, index))
             record.status, record.error = 422, unmatched.code
             return mock_error(422, unmatched.code, unmatched.message, dialect=dialect)
         record.status = reply.status
         if reply.status != 200:
             # A replayed provider error: exactly as the provider sent it, so an SDK may retry as it did.
             return web.Response(status=reply.status, body=reply.body, content_type="application/json")
+        held = {"session": record.session, "script": file, "call": index}
         if not call.stream:
             if reply.hold_when_not_streaming:
-                await self._hold(run)  # returns only when the server shuts down
+                await self._hold(run, held)  # returns only when the server shuts down
                 return mock_error(503, "shutting_down", f"run {run.id}: mockllm is shutting down; "
                                   "the held call was released", dialect=dialect)
             record.status = reply.body_status
             return web.Response(status=reply.body_status, body=reply.body, content_type="application/json")
-        return await self._stream(request, run, reply, call.include_usage)
+        if reply.ending == "hold":
+            return await self._stream_and_hold(request, run, reply, call.include_usage, entry, held)
+        return await self._stream(request, reply, call.include_usage)
 
     async def _read_body(self, request: web.Request) -> bytes | None:
         """The request body, or None when it is over the size limit.
@@ -189,19 +204,13 @@ class MockServer:
                 return value
         return None
 
-    async def _stream(self, request: web.Request, run: Run, reply: Reply, include_usage: bool) -> web.StreamResponse:
-        response = web.StreamResponse(headers=SSE_HEADERS)
-        if reply.ending == "hold":
-            await response.prepare(request)
-            await response.write(reply.stream_bytes(include_usage))
-            await self._hold(run)
-            await response.write_eof()
-            return response
+    async def _stream(self, request: web.Request, reply: Reply, include_usage: bool) -> web.StreamResponse:
         # Nothing to wait for: two writes. The first event goes out with the headers at once (a
         # client's time to first token), the rest of the stream in one write. One write per event
         # costs a syscall each; one write for all made the first byte wait for the whole body
         # (measured: +8-25 us to first byte on a 14 KB stream). A Content-Length spares the client
         # the chunked framing.
+        response = web.StreamResponse(headers=SSE_HEADERS)
         first, rest = reply.stream_parts(include_usage)
         response.content_length = len(first) + len(rest)
         await response.prepare(request)
@@ -211,15 +220,31 @@ class MockServer:
         await response.write_eof()
         return response
 
-    async def _hold(self, run: Run) -> None:
+    async def _stream_and_hold(self, request: web.Request, run: Run, reply: Reply, include_usage: bool,
+                               entry: Entry, held: dict[str, Any]) -> web.StreamResponse:
+        """Stream a hang's prefix (or an aborted call's chunks), then hold until the client leaves."""
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        await response.prepare(request)
+        await response.write(reply.stream_bytes(include_usage))
+        if isinstance(entry, HangEntry) and entry.readyFile is not None:
+            # A harness waits for this file before it cancels: written once the first delta is out.
+            held["ready_file"] = entry.readyFile
+            held["ready_file_written"] = run.cwd is not None and _touch(run.cwd, entry.readyFile)
+        await self._hold(run, held)
+        await response.write_eof()
+        return response
+
+    async def _hold(self, run: Run, held: dict[str, Any]) -> None:
         """Stall until the client goes away (the handler is then cancelled) or the server shuts down."""
         run.holding += 1
-        held = asyncio.get_running_loop().create_future()
-        self._held.add(held)
+        run.held.append(held)
+        future = asyncio.get_running_loop().create_future()
+        self._held.add(future)
         try:
-            await held
+            await future
         finally:
-            self._held.discard(held)
+            self._held.discard(future)
+            run.held.remove(held)
             run.holding -= 1
 
     async def release_held(self, app: web.Application) -> None:
@@ -245,7 +270,9 @@ class MockServer:
         for name, scenario in self.suite.scenarios.items():
             out.append({"name": name, "valid": True, "base_url": _base(request, f"/scenarios/{name}/v1"),
                         "sessions": [{"id": s.id, "file": s.file, "parent": s.parent, "kind": s.kind, "cut": s.cut,
-                                      "events": s.events, "entries": len(s.entries)} for s in scenario.sessions]})
+                                      "events": s.events, "entries": len(s.entries)} for s in scenario.sessions],
+                        "side_routes": [r.summary() for r in scenario.side_routes],
+                        "default_run": self.runs.default_id(name)})
         for name, error in self.suite.broken.items():
             out.append({"name": name, "valid": False, "errors": [str(p) for p in error.problems]})
         return web.json_response({"scenarios": out, "skipped": self.suite.skipped})
@@ -281,6 +308,18 @@ class MockServer:
         if run is None:
             return mock_error(404, "unknown_run", f"unknown run {request.match_info['run']!r}")
         return web.json_response(run.report())
+
+
+def _touch(cwd: str, ready_file: str) -> bool:
+    """Create `ready_file` (empty) under `cwd`; False when it cannot be (the report says so)."""
+    path = Path(cwd) / ready_file
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    except OSError as exc:
+        log.warning("could not write the ready file %s: %s", path, exc)
+        return False
+    return True
 
 
 def _base(request: web.Request, path: str) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import msgspec
 
-from mockllm.entries import ENTRY_KINDS, Entry
+from mockllm.entries import ENTRY_KINDS, Entry, HangEntry, ready_file_problem
 from mockllm.errors import RecordingError
 
 SIDECAR_FILE = "replay.override.json"
@@ -95,9 +95,14 @@ def _entry(item: object, path: Path, line: int, what: str) -> Entry:
     if kind not in ENTRY_KINDS:
         raise RecordingError(path, line, f"{what}: unknown kind {kind!r}; expected one of {', '.join(ENTRY_KINDS)}")
     try:
-        return _entry_decoder.decode(json.dumps(item))
+        entry = _entry_decoder.decode(json.dumps(item))
     except msgspec.ValidationError as exc:
         raise RecordingError(path, line, f"{what} ({kind}): {exc}") from None
+    if isinstance(entry, HangEntry) and entry.readyFile is not None:
+        problem = ready_file_problem(entry.readyFile)
+        if problem is not None:
+            raise RecordingError(path, line, f"{what} (hang): readyFile {entry.readyFile!r} {problem}")
+    return entry
 
 
 def _element_lines(text: str, open_bracket: int) -> list[int]:

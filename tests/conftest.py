@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from mockllm.scenario import load_suite
-from mockllm.serve import RunningServer, start_server
+from mockllm.options import ServeOptions
+from mockllm.serve import RunningServer, load_for, start_server
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDINGS = ROOT / "recordings"
@@ -31,7 +31,8 @@ async def serve() -> AsyncIterator[StartServer]:
     started: list[RunningServer] = []
 
     async def start(path: Path, **options: object) -> RunningServer:
-        server = await start_server(load_suite(path), host="127.0.0.1", port=0, **options)  # type: ignore[arg-type]
+        settings = ServeOptions(host="127.0.0.1", port=0, **options)  # type: ignore[arg-type]
+        server = await start_server(load_for(path, settings), settings)
         started.append(server)
         return server
 

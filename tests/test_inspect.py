@@ -57,7 +57,7 @@ GISTS = [
     pytest.param(ThrowEntry("gone", "STREAM_CLOSED", chunks=chunks({"type": "text-delta", "index": 0, "text": "par"})),
                  'throw STREAM_CLOSED: gone (after 1 chunk: "par"; no finish)', id="throw-after-chunks"),
     pytest.param(HangEntry(), "hang", id="hang"),
-    pytest.param(HangEntry("/tmp/ready"), "hang (readyFile /tmp/ready)", id="hang-ready-file"),
+    pytest.param(HangEntry(".ready"), "hang (readyFile .ready)", id="hang-ready-file"),
 ]
 
 

@@ -24,8 +24,8 @@ def load(folder: Path) -> Scenario:
 
 
 def test_an_array_replaces_the_whole_script(tmp_path: Path) -> None:
-    scenario(tmp_path, '[\n  {"kind": "hang", "readyFile": "/tmp/ready"}\n]')
-    assert load(tmp_path).primary.entries == [HangEntry("/tmp/ready")]
+    scenario(tmp_path, '[\n  {"kind": "hang", "readyFile": "out/ready"}\n]')
+    assert load(tmp_path).primary.entries == [HangEntry("out/ready")]
 
 
 def test_patches_swap_a_call_and_append_one(tmp_path: Path) -> None:

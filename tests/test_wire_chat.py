@@ -321,7 +321,7 @@ def test_throw_with_chunks_answers_a_non_streaming_request_with_the_http_error()
 
 
 def test_hang_streams_one_partial_delta_then_holds():
-    reply = render(entry({"kind": "hang", "readyFile": "/tmp/ready"}))
+    reply = render(entry({"kind": "hang", "readyFile": ".ready"}))
     assert reply.status == 200
     assert reply.ending == "hold"
     assert reply.hold_when_not_streaming is True
