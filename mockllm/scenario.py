@@ -16,8 +16,9 @@ from pathlib import Path
 from mockllm.entries import Entry
 from mockllm.errors import NotAScenarioError, RecordingError, ScenarioError
 from mockllm.header import SessionHeader, SessionKind
+from mockllm.inputs import Input
 from mockllm.recording import SessionLog, read_log
-from mockllm.script import derive_script, recorded_model
+from mockllm.script import Timing, derive_script, recorded_model
 from mockllm.side_routes import MANIFEST_FILE, SideRoute, SideRouteSpec, load_side_route, read_manifest
 from mockllm.sidecar import SIDECAR_FILE, Sidecar, read_sidecar
 
@@ -39,6 +40,9 @@ class SessionScript:
     entries: list[Entry]
     header: SessionHeader | None  # None for an override-only scenario's primary
     model: str | None  # the model the session called, as recorded
+    # Per entry: what the agent sent before it, and when its chunks came (script.DerivedScript).
+    inputs: list[tuple[Input, ...] | None] = field(default_factory=list)
+    timings: list[Timing | None] = field(default_factory=list)
     # The whole log, kept only when asked (`keep_logs`): serving needs the scripts, not the events,
     # and a large suite's events would otherwise stay in memory for the server's lifetime.
     log: SessionLog | None = None
@@ -163,12 +167,14 @@ def _session_script(file: Path, sidecar: Sidecar | None, keep_logs: bool) -> Ses
     return SessionScript(
         id=header.id, file=file.name, parent=header.parent_session, kind=script.kind, cut=header.cut,
         events=len(log.events), created_at=header.created_at, entries=script.entries, header=header,
+        inputs=script.inputs, timings=script.timings,
         model=recorded_model(log), log=log if keep_logs else None,
     )
 
 
 def _override_only_primary(path: Path, sidecar: Sidecar) -> SessionScript:
+    script = derive_script(None, sidecar, primary=True)
     return SessionScript(
         id=path.name, file=SIDECAR_FILE, parent=None, kind="primary", cut=0, events=0,
-        created_at=0, entries=derive_script(None, sidecar, primary=True).entries, header=None, model=None,
+        created_at=0, entries=script.entries, header=None, model=None, inputs=script.inputs, timings=script.timings,
     )

@@ -7,7 +7,9 @@ own; deriving from the whole log would serve the child its parent's answers.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import msgspec
 
@@ -15,10 +17,13 @@ from mockllm.chunks import Block, BlockEnd, BlockStart, FinishChunk, FinishReaso
 from mockllm.entries import ChunksEntry, Entry
 from mockllm.errors import RecordingError
 from mockllm.header import SessionKind
+from mockllm.inputs import TOOL_RESULT, USER_MESSAGE, Input, recorded_inputs
 from mockllm.recording import CallChunk, Event, SessionLog
 from mockllm.sidecar import Sidecar
 
 COMPACTION_EVENT = "compaction/summary"
+STEP_START = "step/start"
+_INPUT_EVENTS = (USER_MESSAGE, TOOL_RESULT)
 
 
 class _Compaction(msgspec.Struct):
@@ -32,12 +37,17 @@ _compaction_decoder = msgspec.json.Decoder(_Compaction)
 
 @dataclass(slots=True)
 class RecordedCall:
-    """One model call found in a log: its chunks and where it was recorded."""
+    """One model call found in a log: its chunks, what the agent sent before it, and when."""
 
     turn: int | None
     step: int | None
     line: int  # line of the call's last chunk: where a missing `finish` is reported
     chunks: list[StreamChunk] = field(default_factory=list)
+    inputs: tuple[Input, ...] = ()
+    # When the call started (its step's start, or the end of the call it retries) and each chunk's
+    # time, epoch ms; None for a projected log, which records no times.
+    started: float | None = None
+    times: array[float] | None = None
 
     @property
     def finished(self) -> bool:
@@ -65,6 +75,8 @@ def recorded_calls(events: list[Event], log: SessionLog) -> list[RecordedCall]:
     # is consulted only when (turn, step) changes. This loop runs once per recorded event.
     current: RecordedCall | None = None
     key = (-1, -1)
+    pending: list[Input] = []  # inputs logged since the last call started
+    started: float | None = None
     for event in events:
         data = event.data
         if type(data) is CallChunk:
@@ -72,17 +84,29 @@ def recorded_calls(events: list[Event], log: SessionLog) -> list[RecordedCall]:
                 key = (data.turn, data.step)
                 current = open_calls.get(key)
                 if current is None:
-                    current = open_calls[key] = RecordedCall(data.turn, data.step, event.line)
+                    current = open_calls[key] = RecordedCall(
+                        data.turn, data.step, event.line, inputs=tuple(pending),
+                        started=started if started is not None else event.time,
+                        times=array("d") if event.time is not None else None)
+                    pending.clear()
                     calls.append(current)
             current.chunks.append(data.chunk)
             current.line = event.line
+            if current.times is not None:
+                current.times.append(event.time or 0)
             if type(data.chunk) is FinishChunk:
                 del open_calls[key]
                 current = None
+                started = event.time  # a retry inside the step starts when this call ended
+        elif event.type in _INPUT_EVENTS and isinstance(data, msgspec.Raw):
+            pending.extend(recorded_inputs(event.type, data))
+        elif event.type == STEP_START:
+            started = event.time
         elif event.type == COMPACTION_EVENT and isinstance(data, msgspec.Raw):
             compaction = _decode_compaction(data, event, log)
             if compaction.llmStreamCall:
-                calls.append(RecordedCall(None, None, event.line, _compaction_chunks(compaction)))
+                calls.append(RecordedCall(None, None, event.line, _compaction_chunks(compaction), tuple(pending)))
+                pending.clear()
     return calls
 
 
@@ -93,10 +117,25 @@ def derive_calls(log: SessionLog) -> list[RecordedCall]:
 
 @dataclass(frozen=True, slots=True)
 class DerivedScript:
-    """What a session replays: its kind and its entries, in call order."""
+    """What a session replays: its kind and its entries, in call order, and for each entry what the
+    agent sent before it (None: nothing recorded, e.g. an appended sidecar entry) and when its
+    chunks came (None: a projected log, or an entry the sidecar replaced)."""
 
     kind: SessionKind
     entries: list[Entry]
+    inputs: list[tuple[Input, ...] | None]
+    timings: list[Timing | None]
+
+
+class Timing(NamedTuple):
+    """When a recorded call's chunks came, in epoch ms: its start (the step's) and each chunk's time."""
+
+    started: float
+    times: array[float]
+
+    def offsets(self) -> list[float]:
+        """Each chunk's time after the call started, in ms."""
+        return [t - self.started for t in self.times]
 
 
 def derive_script(log: SessionLog | None, sidecar: Sidecar | None, *, primary: bool) -> DerivedScript:
@@ -109,14 +148,26 @@ def derive_script(log: SessionLog | None, sidecar: Sidecar | None, *, primary: b
     if log is None:
         if sidecar is None:
             raise ValueError("a script needs a log or a sidecar")
-        return DerivedScript("primary", sidecar.apply([]))
+        entries = sidecar.apply([])
+        return DerivedScript("primary", entries, [None] * len(entries), [None] * len(entries))
     calls = derive_calls(log)
     replaced = sidecar.replaces(len(calls)) if sidecar is not None else set()
     entries = calls_to_entries(calls, log, replaced)
     if sidecar is not None:
         entries = sidecar.apply(entries)
+    # What the agent sent before call N is in the log whatever the sidecar scripts for call N; the
+    # chunks' times only describe an entry the sidecar left as recorded.
+    inputs: list[tuple[Input, ...] | None] = [calls[n].inputs if n < len(calls) else None for n in range(len(entries))]
+    timings: list[Timing | None] = [
+        _timing(calls[n]) if n < len(calls) and n not in replaced else None for n in range(len(entries))]
     kind: SessionKind = "primary" if primary else ("fork" if log.header.is_seeded else "spawn")
-    return DerivedScript(kind, entries)
+    return DerivedScript(kind, entries, inputs, timings)
+
+
+def _timing(call: RecordedCall) -> Timing | None:
+    if call.times is None or call.started is None:
+        return None
+    return Timing(call.started, call.times)
 
 
 def calls_to_entries(calls: list[RecordedCall], log: SessionLog, replaced: set[int]) -> list[Entry]:
