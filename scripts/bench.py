@@ -70,8 +70,12 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))  # this checkout's mockllm, even without an install
 
 import make_synthetic  # noqa: E402  (a sibling script)
+
+from mockllm.header import SessionHeader  # noqa: E402
+from mockllm.writer import encode_log  # noqa: E402
 
 STREAM_SCENARIO = "stream"
 SESSIONS = 16  # recorded sessions in the stream scenario: a primary and 15 spawn children
@@ -291,11 +295,10 @@ def write_stream_scenario(folder: Path) -> None:
                 "role": "assistant", "content": [{"type": "text", "text": text}]}}, after=1)
             me.emit("step/end", {"turn": turn, "step": 1})
             me.emit("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
-        header: dict[str, Any] = {"type": "session", "version": 0, "id": sid, "createdAt": created, "cwd": "/w"}
-        if s:
-            header |= {"parentSession": primary_id, "origin": "subagent", "delegationDepth": 1}
+        header = SessionHeader(id=sid, created_at=created, cwd="/w", parent_session=primary_id if s else None,
+                               extra={"origin": "subagent", "delegationDepth": 1} if s else {})
         name = "session.jsonl" if s == 0 else f"session.{s}.jsonl"
-        (folder / name).write_bytes(make_synthetic.encode_log(header, me.events, "packed" if s % 2 else "unpacked"))
+        (folder / name).write_bytes(encode_log(header, me.events, pack=s % 2 == 1))
 
 
 def chat_body() -> dict[str, Any]:

@@ -53,7 +53,6 @@ Children (subagent sessions, any depth), started by the tool call that holds the
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import re
 import sys
@@ -63,7 +62,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
+# The project's package, from this checkout (the script also runs without an install).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from mockllm import writer
+from mockllm.header import InheritedEventCount, SessionHeader
 
 BASE_TIME = 1_790_000_000_000  # epoch ms of every primary's createdAt
 CWD = "/tmp/mockllm-demo"
@@ -71,7 +73,6 @@ MODEL = {"provider": "deepseek-official", "model": "deepseek-v4-flash"}
 ID_NAMESPACE = uuid.UUID("6f1d3c2e-9a4b-4c1d-8e7f-2a3b4c5d6e7f")
 
 LAYOUTS = ("unpacked", "packed", "projected")
-MIN_PACKED_RUN = 3
 DELTA_GAPS = (0, 1, 0, 24, 0, 0, 26, 1, 0, 25)  # ms between consecutive deltas, cycled
 TOOL_MS = 38  # how long an ordinary tool takes
 NEXT_TURN_MS = 1200  # the user reading and typing between turns
@@ -81,8 +82,6 @@ COMPLETED: dict[str, Any] = {"kind": "completed"}
 CANCELLED: dict[str, Any] = {"kind": "aborted", "reason": "session/cancel"}
 AUTO = "auto"
 DELTA_TYPE = {"reasoning": "reasoning-delta", "text": "text-delta", "tool-call": "tool-call-delta"}
-PACKED_TYPE = {"reasoning-delta": "reasoning-chunks", "text-delta": "text-chunks",
-               "tool-call-delta": "tool-call-chunks"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -426,13 +425,10 @@ class TreeWriter:
             me.log.emit("session/end-seed", {}, after=1)
         for number, t in enumerate(turns, start=first_turn):
             self.turn(me, number, t, depth)
-        header: dict[str, Any] = {"type": "session", "version": 0, "id": me.id, "createdAt": created_at, "cwd": CWD}
-        if parent is not None:
-            header["parentSession"] = parent.id
-        if seed is not None:
-            header["seedLength"] = len(seed)
-        if parent is not None:
-            header["delegationDepth"] = depth
+        header = SessionHeader(
+            id=me.id, created_at=created_at, cwd=CWD, parent_session=parent.id if parent is not None else None,
+            is_seeded=seed is not None, inherited=InheritedEventCount(len(seed or [])),
+            extra={"delegationDepth": depth} if parent is not None else {})
         self.files[file] = encode_log(header, me.log.events, layout)
         return me
 
@@ -541,51 +537,13 @@ def usage_of(c: Call) -> dict[str, int]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Writing rows: unpacked, packed, projected
+# Writing rows: unpacked, packed, projected (the encoding is mockllm.writer's)
 
 
-def encode_log(header: dict[str, Any], events: list[dict[str, Any]], layout: str) -> bytes:
+def encode_log(header: SessionHeader, events: list[dict[str, Any]], layout: str) -> bytes:
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r}; expected one of {LAYOUTS}")
-    rows = events if layout == "unpacked" else pack(events)
-    if layout == "projected":
-        rows = [{k: v for k, v in row.items() if k not in ("seq", "time", "seq0", "time0")} for row in rows]
-    return b"".join(msgspec.json.encode(row) + b"\n" for row in [header, *rows])
-
-
-def run_key(event: dict[str, Any]) -> tuple[Any, ...] | None:
-    """Events with the same key, one after another, may share one packed row."""
-    if event["type"] != "assistant/chunk" or event["data"]["chunk"]["type"] not in PACKED_TYPE:
-        return None
-    data, chunk = event["data"], event["data"]["chunk"]
-    return data["turn"], data["step"], chunk["type"], chunk["index"], chunk.get("id"), chunk.get("name")
-
-
-def pack(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    i = 0
-    while i < len(events):
-        key, j = run_key(events[i]), i + 1
-        while key is not None and j < len(events) and run_key(events[j]) == key:
-            j += 1
-        if key is not None and j - i >= MIN_PACKED_RUN:
-            rows.append(packed_row(events[i:j]))
-        else:
-            rows.extend(events[i:j])
-        i = j
-    return rows
-
-
-def packed_row(run: list[dict[str, Any]]) -> dict[str, Any]:
-    first, chunk = run[0], run[0]["data"]["chunk"]
-    times = [e["time"] for e in run]
-    data: dict[str, Any] = {"turn": first["data"]["turn"], "step": first["data"]["step"], "index": chunk["index"],
-                            "dt": [b - a for a, b in itertools.pairwise(times)]}
-    if chunk["type"] == "tool-call-delta":
-        data |= {"id": chunk["id"], "name": chunk["name"], "args": [e["data"]["chunk"]["argumentsDelta"] for e in run]}
-    else:
-        data["texts"] = [e["data"]["chunk"]["text"] for e in run]
-    return {"type": PACKED_TYPE[chunk["type"]], "seq0": first["seq"], "time0": first["time"], "data": data}
+    return writer.encode_log(header, events, pack=layout != "unpacked", projected=layout == "projected")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -35,9 +35,10 @@ from typing import Any
 
 import msgspec
 
-# One packing rule for the project: the recordings generator's (same folder: scripts/).
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_recordings import encode_log
+# The project's package, from this checkout (the script also runs without an install).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from mockllm.header import InheritedEventCount, SessionHeader
+from mockllm.writer import encode_log
 
 BASE_TIME = 1_790_000_000_000
 MODEL = {"provider": "deepseek-official", "model": "deepseek-v4-flash"}
@@ -151,17 +152,14 @@ class TreeWriter:
         for number in range(first_turn, first_turn + turns):
             task = None if kind == "primary" or number > first_turn else self.rng.choice(USER_ASKS)[:180]
             self.turn(me, number, depth, task)
-        header: dict[str, Any] = {"type": "session", "version": 0, "id": me.id, "createdAt": created_at,
-                                  "cwd": "/work/project"}
-        if parent is not None:
-            header["parentSession"] = parent.id
-        if kind == "fork":
-            header["seedLength"] = len(seed)
-        if parent is not None:
-            header |= {"origin": "subagent", "delegationDepth": depth}
+        header = SessionHeader(
+            id=me.id, created_at=created_at, cwd="/work/project",
+            parent_session=parent.id if parent is not None else None,
+            is_seeded=kind == "fork", inherited=InheritedEventCount(len(seed)),
+            extra={"origin": "subagent", "delegationDepth": depth} if parent is not None else {})
         roll = self.rng.random()
         layout = "packed" if roll < 0.5 else ("unpacked" if roll < 0.9 else "projected")
-        self.files[file] = encode_log(header, me.events, layout)
+        self.files[file] = encode_log(header, me.events, pack=layout != "unpacked", projected=layout == "projected")
         self.meta[file] = {"kind": kind, "seedLength": len(seed), "calls": me.calls, "layout": layout,
                            "events": len(me.events)}
         self.logical += len(me.events)

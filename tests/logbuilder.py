@@ -6,11 +6,13 @@ helpers are for trees where only the shape matters.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from mockllm import writer
+from mockllm.header import InheritedEventCount, SessionHeader
 
 CORPUS = Path(__file__).parents[2] / "shared" / "corpus"
 CORPUS_MISSING = f"the shared dsh corpus is not at {CORPUS} (it lives next to the project checkout)"
@@ -27,13 +29,10 @@ def corpus_params(pattern: str) -> list[Any]:
 
 
 def header(session_id: str = "p", *, created_at: int = 1, parent: str | None = None,
-           seed: int | None = None) -> Row:
-    head: Row = {"type": "session", "version": 0, "id": session_id, "createdAt": created_at, "cwd": "/w"}
-    if parent is not None:
-        head["parentSession"] = parent
-    if seed is not None:
-        head["seedLength"] = seed
-    return head
+           seed: int | None = None) -> SessionHeader:
+    """A v0 header; `seed` given makes a seeded (fork) session, None an unseeded one."""
+    return SessionHeader(id=session_id, created_at=created_at, cwd="/w", parent_session=parent,
+                         is_seeded=seed is not None, inherited=InheritedEventCount(seed or 0))
 
 
 def text_call(text: str, finish: str = "stop") -> list[Chunk]:
@@ -76,20 +75,15 @@ def turn_rows(turn: int, prompt: str, *calls: list[Chunk]) -> list[Row]:
     return rows
 
 
-def jsonl(head: Row, rows: list[Row], *, projected: bool = False) -> str:
-    """The log's text; unless projected, each row gets seq (its index) and time."""
-    lines = [json.dumps(head, separators=(",", ":"))]
-    for seq, row in enumerate(rows):
-        full = row if projected else {"type": row["type"], "seq": seq, "time": 1000 + seq, "data": row["data"]}
-        lines.append(json.dumps(full, separators=(",", ":")))
-    return "\n".join(lines) + "\n"
+def stamped(rows: list[Row]) -> list[Row]:
+    """The rows as full-layout events: seq is the row's index, time 1000 + seq."""
+    return [{"type": row["type"], "seq": seq, "time": 1000 + seq, "data": row["data"]} for seq, row in enumerate(rows)]
 
 
-def write_log(folder: Path, name: str, head: Row, rows: list[Row], *, projected: bool = False) -> Path:
+def write_log(folder: Path, name: str, head: SessionHeader, rows: list[Row], *, projected: bool = False) -> Path:
+    """Write one log through mockllm's writer; unless projected, each row gets seq and time."""
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / name
-    path.write_text(jsonl(head, rows, projected=projected), encoding="utf-8")
-    return path
+    return writer.write_log(folder / name, head, rows if projected else stamped(rows), projected=projected)
 
 
 def fork_tree(folder: Path, *, seed: int | None = None, child_prompt: str = "child task") -> Path:

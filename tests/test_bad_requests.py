@@ -13,7 +13,7 @@ from aiohttp import web
 
 import mockllm.server
 from tests.conftest import assert_mock_error, http, new_run
-from tests.dshtree import chunks_entry, header, text_call, write_log, write_override
+from tests.dshtree import chunks_entry, text_call, write_override
 
 GOOD = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
 
@@ -189,7 +189,10 @@ async def test_ended_run_is_unknown(serve, scenario):
         "cwd-list", "unknown-scenario", "broken-scenario"])
 async def test_bad_run_requests(serve, tmp_path, data, status, code):
     write_override(tmp_path / "suite" / "s", [chunks_entry(text_call("first answer"))])
-    write_log(tmp_path / "suite" / "broken", "session.jsonl", {**header("b"), "version": 3}, [])
+    broken = tmp_path / "suite" / "broken"
+    broken.mkdir()
+    # Written by hand: the log writer only writes valid v0 headers.
+    (broken / "session.jsonl").write_text('{"type":"session","version":3,"id":"b","createdAt":1}\n')
     server = await serve(tmp_path / "suite")
     got, body, headers = await raw("POST", f"{server.base_url}/_mockllm/runs", data,
                                    {"Content-Type": "application/json"})
