@@ -370,3 +370,16 @@ async def test_responses_and_chat_share_a_run(serve, mixed):
     assert answer(first) == MIXED_ANSWERS[PRIMARY_ID][0]
     calls = second.choices[0].message.tool_calls or []
     assert [c.function.name for c in calls if c.type == "function"] == [MIXED_ANSWERS[PRIMARY_ID][1][1]]
+
+
+async def test_from_request_templates_search_instructions_and_input(serve, tmp_path):
+    said = [{"type": "block-start", "index": 0, "blockType": "text"},
+            {"type": "text-delta", "index": 0,
+             "text": "ticket {{fromRequest:ticket (\\w+)}} in {{fromRequest:repo=(\\w+)}}"},
+            {"type": "finish", "reason": {"kind": "stop"}}]
+    server = await serve(scripted(tmp_path / "s", chunks_entry(said)))
+    _, base = await new_run(server.base_url, "s")
+    async with client(base) as sdk:
+        final = await sdk.responses.create(model="m", instructions="repo=mockllm", input=[
+            {"role": "user", "content": [{"type": "input_text", "text": "fix ticket T42"}]}])
+    assert final.output_text == "ticket T42 in mockllm"
