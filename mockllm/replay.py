@@ -29,6 +29,7 @@ class Binding:
     script: int  # index into scenario.sessions
     live_id: str
     cursor: int = 0  # entries served so far
+    continued: int | None = None  # the call whose reply the latest chained request continued
 
 
 class Turn(NamedTuple):
@@ -69,14 +70,31 @@ class Run:
         if header_id is not None:
             return header_id
         if request.continues is not None:
-            script = dialect.script_of(request.continues)
-            binding = self._bound.get(script) if script is not None else None
+            binding = self._continued(dialect.reply_of(request.continues))
             if binding is not None:
                 return binding.live_id
         if self.headerless == "anonymous":
             return ANONYMOUS
         live_id, _ = self._conversations.route(request.messages)
         return live_id
+
+    def _continued(self, reply: tuple[int, int] | None) -> Binding | None:
+        """The session a request continuing reply (script, call) belongs to, if it is a step of its chain.
+
+        It is when that reply is the latest one the session was served (the next step), or the one
+        its latest chained request continued (a retry of that step). A request continuing an older
+        reply branches off the chain, as a fork child continues its parent's earlier turn: it is
+        routed by its conversation, like a fork that sends its history. So is a reply id this run
+        never served (another run's, or not one of ours).
+        """
+        binding = self._bound.get(reply[0]) if reply is not None else None
+        if binding is None or reply is None:
+            return None
+        call = reply[1]
+        if call == binding.cursor - 1 or call == binding.continued:
+            binding.continued = call
+            return binding
+        return None
 
     def take(self, live_id: str) -> Turn:
         """Bind if new, then hand out the session's next entry and advance its cursor."""

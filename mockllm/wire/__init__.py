@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from mockllm.wire.chat import ChatCompletions
 from mockllm.wire.dialect import Dialect
+from mockllm.wire.responses import Responses
 
 CHAT = ChatCompletions()
 
 # Served under every base (`/v1`, `/scenarios/{name}/v1`, `/runs/{run}/v1`), in this order.
-DIALECTS: tuple[Dialect, ...] = (CHAT,)
+DIALECTS: tuple[Dialect, ...] = (CHAT, Responses())

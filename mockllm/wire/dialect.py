@@ -115,6 +115,6 @@ class Dialect(ABC):
     def stream_decoder(self) -> StreamDecoder:
         """A fresh decoder for one live streamed answer."""
 
-    def script_of(self, reply_id: str) -> int | None:
-        """The script an earlier reply id was rendered for, when this dialect's ids say so."""
+    def reply_of(self, reply_id: str) -> tuple[int, int] | None:
+        """The (script, call) an earlier reply id was rendered for, when this dialect's ids say so."""
         return None
