@@ -102,7 +102,7 @@ async def test_huge_body_is_413(serve, scenario, monkeypatch):
     ("GET", "/nope"),
     ("POST", "/v1/completions"),
     ("POST", "/v1/responses"),
-    ("POST", "/v1/messages"),
+    ("POST", "/v1/messages/batches"),
     ("POST", "/scenarios/s/v1/embeddings"),
     ("GET", "/_mockllm/nothing"),
     ("POST", "/runs/x/v2/chat/completions"),

@@ -4,10 +4,11 @@ under every base address."""
 
 from __future__ import annotations
 
+from mockllm.wire.anthropic import AnthropicMessages
 from mockllm.wire.chat import ChatCompletions
 from mockllm.wire.dialect import Dialect
 
 CHAT = ChatCompletions()
 
 # Served under every base (`/v1`, `/scenarios/{name}/v1`, `/runs/{run}/v1`), in this order.
-DIALECTS: tuple[Dialect, ...] = (CHAT,)
+DIALECTS: tuple[Dialect, ...] = (CHAT, AnthropicMessages())
