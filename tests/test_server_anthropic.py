@@ -323,3 +323,37 @@ async def test_headerless_tree_routes_by_conversation(serve, tmp_path):
                                   "conversation-3": FORK_ID}
     assert report["consumed"] is True
     assert report["failures"] == []
+
+
+# -- templates ------------------------------------------------------------------------------------
+
+SAYS = "the codeword is {{fromRequest:codeword (\\w+)}}"
+TEMPLATED = [{"kind": "chunks", "chunks": [
+    {"type": "block-start", "index": 0, "blockType": "text"},
+    {"type": "text-delta", "index": 0, "text": SAYS},
+    {"type": "block-end", "index": 0, "block": {"type": "text", "text": SAYS}},
+    {"type": "finish", "reason": {"kind": "stop"}},
+]}]
+
+
+@pytest.mark.parametrize(("system", "expected"), [
+    ("remember: codeword SAFFRON", "SAFFRON"),                 # found in system
+    ([{"type": "text", "text": "codeword SAFFRON"}], "BASIL"),  # the last match wins: messages come after system
+], ids=["system", "messages-last"])
+async def test_from_request_searches_system_and_messages(serve, tmp_path, system, expected):
+    server = await serve(override(tmp_path / "tpl", TEMPLATED))
+    _, base = await new_run(server.base_url, "tpl")
+    content = "hello" if expected == "SAFFRON" else "now the codeword BASIL"
+    async with client(base) as sdk:
+        received = await stream_message(sdk, [user(content)], system=system)
+    assert received["text"] == f"the codeword is {expected}"
+
+
+async def test_unmatched_template_is_422_in_anthropic_shape(serve, tmp_path):
+    server = await serve(override(tmp_path / "tpl", TEMPLATED))
+    _, base = await new_run(server.base_url, "tpl")
+    async with client(base) as sdk:
+        with pytest.raises(anthropic.UnprocessableEntityError) as caught:
+            await create_message(sdk, [user("nothing here")])
+    assert caught.value.body["error"]["code"] == "from_request_unmatched"
+    assert caught.value.response.headers["x-should-retry"] == "false"
