@@ -9,8 +9,6 @@ from pathlib import Path
 
 from mockllm.options import add_arguments, from_arguments
 
-BUNDLED_RECORDINGS = Path(__file__).resolve().parent.parent / "recordings"
-
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mockllm", description=__doc__)
@@ -34,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.verb == "serve":
         from mockllm.serve import serve_forever
 
-        return serve_forever(args.path or BUNDLED_RECORDINGS, from_arguments(args))
+        return serve_forever(args.path, from_arguments(args))
     if args.verb == "inspect":
         from mockllm.inspect import run_inspect
 

@@ -1,10 +1,15 @@
-"""Running the server: in-process (tests, benchmarks) or as `mockllm serve` until interrupted."""
+"""Running the server: in-process (tests, benchmarks) or as `mockllm serve` until interrupted.
+
+What a server serves when no folder is named is decided here too (`load_source`), so the CLI,
+the Python API and the pytest plugin agree on it.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import gc
+import importlib.resources
 import signal
 import sys
 from collections.abc import Callable, Coroutine
@@ -58,17 +63,37 @@ async def start_server(suite: Suite, options: ServeOptions | None = None, **chan
     return RunningServer(runner, host, bound_port)
 
 
-def serve_forever(path: Path, options: ServeOptions) -> int:
-    """`mockllm serve`: load, print what is served, serve until SIGINT/SIGTERM."""
+def bundled_recordings() -> Path:
+    """The recordings shipped with mockllm.
+
+    Installed, they are package data (`mockllm/recordings`, see pyproject.toml); in a source
+    checkout (an editable install) they are the project's top-level `recordings/` folder.
+    """
+    shipped = importlib.resources.files("mockllm") / "recordings"
+    if isinstance(shipped, Path) and shipped.is_dir():
+        return shipped
+    return Path(__file__).resolve().parent.parent / "recordings"
+
+
+def load_source(path: Path | None = None) -> Suite:
+    """Load what a server serves: `path` (a scenario or a suite), else the bundled recordings.
+
+    Raises a MockllmError saying what is wrong with the folder.
+    """
+    return load_suite(path if path is not None else bundled_recordings())
+
+
+def serve_forever(path: Path | None, options: ServeOptions) -> int:
+    """`mockllm serve`: load (see `load_source`), print what is served, serve until SIGINT/SIGTERM."""
     try:
-        suite = load_suite(path)
+        suite = load_source(path)
     except MockllmError as exc:
         print(f"mockllm: {exc}", file=sys.stderr)
         return 2
     for name, error in suite.broken.items():
         print(f"mockllm: scenario {name} is broken and will not be served:\n{error}", file=sys.stderr)
     for name in suite.skipped:
-        print(f"mockllm: skipped {path / name}: not a scenario", file=sys.stderr)
+        print(f"mockllm: skipped {suite.path / name}: not a scenario", file=sys.stderr)
     run: Callable[[Coroutine[Any, Any, None]], None] = asyncio.run
     with contextlib.suppress(ImportError):
         import uvloop
