@@ -57,7 +57,11 @@ async def start_server(suite: Suite, options: ServeOptions | None = None, **chan
     runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
-    await site.start()
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()  # a failed bind must not leave the app half set up
+        raise
     sockets = runner.addresses
     bound_port = sockets[0][1] if sockets else port
     return RunningServer(runner, host, bound_port)
