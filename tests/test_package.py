@@ -72,7 +72,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
                     "--no-index", "-q", str(wheel)], check=True, capture_output=True, env=clean_env())
     # The dependencies, from where this interpreter has them. A .pth line adds a folder to
     # sys.path without running the .pth files in it, so no editable mockllm comes along.
-    deps = sorted({str(Path(m.__file__ or "").parent.parent) for m in (aiohttp, msgspec)})
+    # pytest and openai too, for the throw-away test project below.
+    deps = sorted({str(Path(m.__file__ or "").parent.parent) for m in (aiohttp, msgspec, openai, pytest)})
     (result.site_packages / "mockllm-test-deps.pth").write_text("\n".join(deps) + "\n")
     return result
 
@@ -158,3 +159,63 @@ def test_suite_runs_without_the_project_folder_on_sys_path(tmp_path: Path) -> No
                              str(ROOT / "tests")], cwd=tmp_path, env=clean_env(), capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "error" not in result.stdout.lower().splitlines()[-1]
+
+
+THROWAWAY_TESTS = """
+import openai
+import pytest
+
+import mockllm
+
+USER = [{"role": "user", "content": "go"}]
+
+def call(run, session="agent"):
+    client = openai.OpenAI(base_url=run.base_url, api_key="x", max_retries=0, default_headers=run.headers(session))
+    return client.chat.completions.create(model="m", messages=USER)
+
+def test_installed_not_a_checkout():
+    assert "/site-packages/mockllm/" in mockllm.__file__
+
+@pytest.mark.mockllm("tool-loop")
+def test_tool_loop_complete(mockllm_run):
+    assert [call(mockllm_run).choices[0].finish_reason for _ in range(5)][-1] == "stop"
+
+@pytest.mark.mockllm("fork-child")
+def test_fork_tree(mockllm_run):
+    call(mockllm_run, "parent"), call(mockllm_run, "parent")
+    assert call(mockllm_run, "child").choices[0].message.content == "TANGERINE"
+    call(mockllm_run, "parent")
+
+@pytest.mark.mockllm("tool-loop")
+def test_unconsumed(mockllm_run):
+    call(mockllm_run)
+
+@pytest.mark.mockllm("tool-loop", consume=False)
+def test_consume_false(mockllm_run):
+    call(mockllm_run)
+    assert mockllm_run.report().sessions[0].served == 1
+
+@pytest.mark.mockllm("text-turn")
+def test_past_the_end(mockllm_run):
+    call(mockllm_run)
+    with pytest.raises(openai.APIStatusError) as caught:
+        call(mockllm_run)
+    assert caught.value.status_code == 410
+"""
+
+
+def test_a_throwaway_project_uses_the_installed_plugin(installed: Installed, tmp_path: Path) -> None:
+    """A project that only installs mockllm and sets mockllm_recordings: complete runs pass, the
+    unconsumed run and the call past the end fail at teardown, each naming what happened."""
+    for name in ("tool-loop", "fork-child", "text-turn"):
+        shutil.copytree(ROOT / "recordings" / name, tmp_path / "trees" / name)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmockllm_recordings = trees\naddopts = --strict-markers\n")
+    (tmp_path / "test_agent.py").write_text(THROWAWAY_TESTS)
+    result = subprocess.run([str(installed.python), "-m", "pytest", "-p", "no:asyncio", "-p", "no:cacheprovider"],
+                            cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120)
+    out = result.stdout
+    assert result.returncode == 1, out + result.stderr
+    assert out.splitlines()[-1].startswith("=") and "6 passed, 2 errors" in out.splitlines()[-1], out
+    assert "ERROR at teardown of test_unconsumed" in out and "ERROR at teardown of test_past_the_end" in out
+    assert "calls 2-5 of 5 not requested" in out
+    assert "failure script_exhausted in session session.jsonl (live id agent), call 2" in out
