@@ -9,6 +9,7 @@ order in which dsh binds new live sessions).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,31 +91,47 @@ def load_scenario(path: Path, *, keep_logs: bool = False) -> Scenario:
     """
     if not path.is_dir() or not is_scenario(path):
         raise NotAScenarioError(f"{path}: not a scenario (no {PRIMARY_FILE} and no {SIDECAR_FILE})")
+    files = session_files(path)
+    primary = path / PRIMARY_FILE if (path / PRIMARY_FILE).is_file() else None
+    sidecar = path / SIDECAR_FILE if (path / SIDECAR_FILE).is_file() else None
+    return build_scenario(path.name, path, primary, files[1:] if primary else files, sidecar, keep_logs=keep_logs)
+
+
+def build_scenario(name: str, path: Path, primary: Path | None, children: Sequence[Path], sidecar_file: Path | None,
+                   *, keep_logs: bool = False) -> Scenario:
+    """A scenario from explicit files (a folder's, or dsh's DSH_SNAPSHOT_* list); children in any
+    order, ordered here as script order wants. A file outside `path` is named by its whole path.
+    Raises ScenarioError listing every broken file."""
     problems: list[RecordingError] = []
     sidecar: Sidecar | None = None
-    if (path / SIDECAR_FILE).is_file():
+    if sidecar_file is not None:
         try:
-            sidecar = read_sidecar(path / SIDECAR_FILE)
+            sidecar = read_sidecar(sidecar_file)
         except RecordingError as exc:
             problems.append(exc)
 
     sessions: list[SessionScript] = []
-    for file in session_files(path):
+    for file in ([primary] if primary is not None else []) + list(children):
+        is_primary = file is primary
         try:
-            sessions.append(_session_script(file, sidecar if file.name == PRIMARY_FILE else None, keep_logs))
+            session = _session_script(file, sidecar if is_primary else None, keep_logs, primary=is_primary)
         except RecordingError as exc:
             problems.append(exc)
-    if sidecar is not None and not (path / PRIMARY_FILE).is_file():
+            continue
+        if file.parent != path:
+            session.file = str(file)
+        sessions.append(session)
+    if sidecar is not None and primary is None:
         try:
             sessions.insert(0, _override_only_primary(path, sidecar))
         except RecordingError as exc:
             problems.append(exc)
     if problems:
-        raise ScenarioError(path.name, problems)
+        raise ScenarioError(name, problems)
 
-    primary, children = sessions[0], sessions[1:]
-    children.sort(key=lambda s: (s.created_at, s.id))
-    return Scenario(path.name, path, [primary, *children])
+    first, rest = sessions[0], sessions[1:]
+    rest.sort(key=lambda s: (s.created_at, s.id))
+    return Scenario(name, path, [first, *rest])
 
 
 def load_suite(path: Path, *, keep_logs: bool = False) -> Suite:
@@ -136,7 +153,7 @@ def load_suite(path: Path, *, keep_logs: bool = False) -> Suite:
     return suite
 
 
-def _session_script(file: Path, sidecar: Sidecar | None, keep_logs: bool) -> SessionScript:
+def _session_script(file: Path, sidecar: Sidecar | None, keep_logs: bool, *, primary: bool) -> SessionScript:
     log = read_log(file)
     calls = derive_calls(log)
     replaced = sidecar.replaces(len(calls)) if sidecar is not None else set()
@@ -144,7 +161,7 @@ def _session_script(file: Path, sidecar: Sidecar | None, keep_logs: bool) -> Ses
     if sidecar is not None:
         entries = sidecar.apply(entries)
     header = log.header
-    kind: SessionKind = "primary" if file.name == PRIMARY_FILE else ("fork" if header.is_seeded else "spawn")
+    kind: SessionKind = "primary" if primary else ("fork" if header.is_seeded else "spawn")
     return SessionScript(
         id=header.id, file=file.name, parent=header.parent_session, kind=kind, cut=header.cut,
         events=len(log.events), created_at=header.created_at, entries=entries, header=header,

@@ -18,6 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
+from mockllm import dshenv
 from mockllm.errors import MockllmError
 from mockllm.options import ServeOptions
 from mockllm.scenario import Suite, load_suite
@@ -80,11 +81,16 @@ def bundled_recordings() -> Path:
 
 
 def load_source(path: Path | None = None) -> Suite:
-    """Load what a server serves: `path` (a scenario or a suite), else the bundled recordings.
+    """Load what a server serves: `path` (a scenario or a suite); with none, the tree dsh's
+    `DSH_SNAPSHOT_*` variables name when `DSH_SNAPSHOT_FILE` is set, else the bundled recordings.
 
-    Raises a MockllmError saying what is wrong with the folder.
+    Raises a MockllmError saying what is wrong (with the folder, or with which variable's file).
     """
-    return load_suite(path if path is not None else bundled_recordings())
+    if path is not None:
+        return load_suite(path)
+    if dshenv.requested():
+        return dshenv.load_dsh_env()
+    return load_suite(bundled_recordings())
 
 
 def serve_forever(path: Path | None, options: ServeOptions) -> int:

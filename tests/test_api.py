@@ -20,9 +20,21 @@ RECORDINGS = ROOT / "recordings"
 USER = [{"role": "user", "content": "go"}]
 
 
+OPEN: list[openai.OpenAI] = []
+
+
+@pytest.fixture(autouse=True)
+def close_clients() -> Any:
+    """Close every client a test made: an open connection pool is a ResourceWarning (an error here)."""
+    yield
+    while OPEN:
+        OPEN.pop().close()
+
+
 def client(run: mockllm.Run | mockllm.AsyncRun, session: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=run.base_url, api_key="unused", max_retries=0,
-                         default_headers=run.headers(session))
+    c = openai.OpenAI(base_url=run.base_url, api_key="unused", max_retries=0, default_headers=run.headers(session))
+    OPEN.append(c)
+    return c
 
 
 def stream_text(c: openai.OpenAI) -> str:
@@ -171,6 +183,7 @@ def test_options_are_serve_option_names_and_reach_the_server() -> None:
         assert server.options.headerless == "anonymous"
         run = server.run("spawn-child")
         bare = openai.OpenAI(base_url=run.base_url, api_key="unused", max_retries=0)
+        OPEN.append(bare)
         bare.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
         bare.chat.completions.create(model="m", messages=[{"role": "user", "content": "other"}])  # type: ignore[arg-type]
         # Anonymous: both header-less calls are one session, so the primary took two calls.

@@ -138,10 +138,10 @@ def serving(request: pytest.FixtureRequest, installed: Installed) -> Iterator[Se
 
 def test_installed_wheel_serves_its_bundled_recordings_from_root(installed: Installed, serving: Serving) -> None:
     assert f" from {installed.site_packages / 'mockllm' / 'recordings'} on " in serving.first_line
-    client = openai.OpenAI(base_url=f"{serving.url}/scenarios/text-turn/v1", api_key="unused", max_retries=0)
-    assert [m.id for m in client.models.list()]
-    stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
-    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    with openai.OpenAI(base_url=f"{serving.url}/scenarios/text-turn/v1", api_key="unused", max_retries=0) as client:
+        assert [m.id for m in client.models.list()]
+        stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
+        text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
     assert text == "Hello from the recorded model!"
 
 
@@ -170,8 +170,8 @@ import mockllm
 USER = [{"role": "user", "content": "go"}]
 
 def call(run, session="agent"):
-    client = openai.OpenAI(base_url=run.base_url, api_key="x", max_retries=0, default_headers=run.headers(session))
-    return client.chat.completions.create(model="m", messages=USER)
+    with openai.OpenAI(base_url=run.base_url, api_key="x", max_retries=0, default_headers=run.headers(session)) as c:
+        return c.chat.completions.create(model="m", messages=USER)
 
 def test_installed_not_a_checkout():
     assert "/site-packages/mockllm/" in mockllm.__file__

@@ -28,7 +28,8 @@ def client(run, session="agent"):
                          default_headers=run.headers(session))
 
 def call(run, session="agent"):
-    return client(run, session).chat.completions.create(model="m", messages=USER)
+    with client(run, session) as c:  # closed: an open pool would warn in the outer session
+        return c.chat.completions.create(model="m", messages=USER)
 '''
 
 
