@@ -15,8 +15,9 @@ def _parser() -> argparse.ArgumentParser:
     verbs = parser.add_subparsers(dest="verb", required=True)
 
     serve = verbs.add_parser("serve", help="serve a scenario or suite over OpenAI-compatible SSE")
-    serve.add_argument("path", nargs="?", type=Path, help="scenario or suite folder (default: the DSH_SNAPSHOT_* tree if DSH_SNAPSHOT_FILE is set, "
-                            "else the bundled recordings/)")
+    serve.add_argument("path", nargs="?", type=Path,
+                       help="scenario or suite folder (default: the DSH_SNAPSHOT_* tree if DSH_SNAPSHOT_FILE is "
+                            "set, else the bundled recordings/)")
     add_arguments(serve)
 
     inspect = verbs.add_parser("inspect", help="print a session tree: sessions, kinds, cuts, calls")

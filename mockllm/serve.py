@@ -111,10 +111,14 @@ def serve_forever(path: Path | None, options: ServeOptions) -> int:
         run = uvloop.run  # not an event loop policy: asyncio deprecates those from Python 3.14
     try:
         run(_serve(suite, options))
-    except OSError as exc:
-        print(f"mockllm: cannot listen on {options.host}:{options.port}: {exc.strerror}", file=sys.stderr)
+    except CannotListen as exc:
+        print(f"mockllm: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+class CannotListen(MockllmError):
+    """The address could not be bound (kept apart from other OSErrors, such as a closed stdout)."""
 
 
 def settle_memory() -> None:
@@ -125,7 +129,10 @@ def settle_memory() -> None:
 
 
 async def _serve(suite: Suite, options: ServeOptions) -> None:
-    server = await start_server(suite, options)
+    try:
+        server = await start_server(suite, options)
+    except OSError as exc:
+        raise CannotListen(f"cannot listen on {options.host}:{options.port}: {exc.strerror or exc}") from exc
     settle_memory()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
