@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -21,10 +22,68 @@ Headerless = Literal["conversation", "anonymous"]
 SESSION_HEADERS = ("x-mockllm-session", "x-deepseek-harness-session-id")
 
 
+Bind = Literal["order", "content"]
+
+PACES = ("burst", "recorded")
+
+
+def parse_bool(value: str | bool) -> bool:
+    """`true`/`false` (and yes/no, on/off, 1/0), as ini files and `--strict false` spell them."""
+    if isinstance(value, bool):
+        return value
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, not {value!r}")
+
+
+def check_pace(value: Any) -> str:
+    """`burst`, `recorded`, or a gap per event in milliseconds (a number >= 0)."""
+    if isinstance(value, bool):
+        raise ValueError(f"pace must be burst, recorded or a number of milliseconds, not {value!r}")
+    if isinstance(value, int | float):
+        value = repr(float(value))
+    if isinstance(value, str) and value in PACES:
+        return value
+    try:
+        if isinstance(value, str) and float(value) >= 0:
+            return value
+    except ValueError:
+        pass
+    raise ValueError(f"pace must be burst, recorded or a number of milliseconds >= 0, not {value!r}")
+
+
+def check_speed(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"speed must be a number > 0, not {value!r}")
+    try:
+        speed = float(value)
+    except ValueError:
+        raise ValueError(f"speed must be a number > 0, not {value!r}") from None
+    if not speed > 0:
+        raise ValueError(f"speed must be a number > 0, not {value!r}")
+    return speed
+
+
+def check_patterns(values: Sequence[str]) -> tuple[re.Pattern[str], ...]:
+    """Compiled `ignore_input` patterns; a bad one is a ValueError naming it."""
+    compiled = []
+    for pattern in values:
+        try:
+            compiled.append(re.compile(pattern))
+        except re.error as exc:
+            raise ValueError(f"ignore_input {pattern!r} is not a regular expression: {exc}") from None
+    return tuple(compiled)
+
+
 def _option(default: Any, help: str, *, flag: str | None = None, metavar: str | None = None,
-            choices: Sequence[str] | None = None, repeat: bool = False, kind: type | None = None) -> Any:
-    """A field with its command-line spelling in its metadata."""
-    meta = {"help": help, "flag": flag, "metavar": metavar, "choices": choices, "repeat": repeat, "kind": kind}
+            choices: Sequence[str] | None = None, repeat: bool = False, kind: Any = None,
+            switch: bool = False) -> Any:
+    """A field with its command-line spelling in its metadata (`switch`: a flag that alone means true)."""
+    meta = {"help": help, "flag": flag, "metavar": metavar, "choices": choices, "repeat": repeat,
+            "kind": parse_bool if switch else kind, "switch": switch}
     if repeat:
         return field(default_factory=tuple, metadata=meta)
     return field(default=default, metadata=meta)
@@ -46,6 +105,17 @@ class ServeOptions:
     side_routes: tuple[str, ...] = _option(
         (), "serve requests for model MODEL from FILE (in each scenario's folder), not from a session (repeatable)",
         flag="--side-route", metavar="MODEL=FILE", repeat=True)
+    pace: str = _option("burst", "how streams are paced: burst (at once), recorded (the recorded gaps), or a gap "
+                        "per event in ms", metavar="burst|recorded|MS", kind=check_pace)
+    speed: float = _option(1.0, "with --pace recorded: divide the recorded gaps by F (2 is twice as fast)",
+                           metavar="F", kind=check_speed)
+    strict: bool = _option(False, "answer a request that differs from the recording with 409 request_diverged",
+                           metavar="true|false", switch=True)
+    ignore_input: tuple[str, ...] = _option(
+        (), "mask matches of REGEX in recorded and live inputs before comparing them (repeatable)",
+        metavar="REGEX", repeat=True)
+    bind: Bind = _option("order", "bind a new live session to the next script in first-call order, or to the "
+                         "script whose first recorded inputs match its request", choices=("order", "content"))
     journal_limit: int = _option(1000, "calls kept in each run's journal (older ones are counted, not kept)",
                                  metavar="N", kind=int)
     log_level: str = _option("warning", "what the server logs; info logs one line per model call",
@@ -56,12 +126,17 @@ class ServeOptions:
             raise ValueError(f"headerless must be 'conversation' or 'anonymous', not {self.headerless!r}")
         if self.journal_limit < 1:
             raise ValueError(f"journal_limit must be at least 1, not {self.journal_limit}")
-        for name in ("session_headers", "side_routes"):
+        object.__setattr__(self, "pace", check_pace(self.pace))
+        object.__setattr__(self, "speed", check_speed(self.speed))
+        if self.bind not in ("order", "content"):
+            raise ValueError(f"bind must be 'order' or 'content', not {self.bind!r}")
+        for name in ("session_headers", "side_routes", "ignore_input"):
             value = getattr(self, name)
             # A lone string given where a list belongs is one item, not its characters.
             object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value))
         for route in self.side_routes:
             parse_side_route(route)  # raises ValueError naming the bad one
+        check_patterns(self.ignore_input)
 
     @property
     def all_session_headers(self) -> tuple[str, ...]:
@@ -110,6 +185,8 @@ def argument_specs(prefix: str = "") -> list[tuple[str, dict[str, Any]]]:
             kwargs["choices"] = meta["choices"]
         if meta["kind"]:
             kwargs["type"] = meta["kind"]
+        if meta["switch"]:
+            kwargs.update(nargs="?", const=True)
         if meta["repeat"]:
             kwargs.update(action="append", default=[])
         else:
@@ -132,3 +209,69 @@ def from_arguments(args: argparse.Namespace | Mapping[str, Any]) -> ServeOptions
     """The options a parsed command line (from a parser given `add_arguments`) asks for."""
     values = vars(args) if isinstance(args, argparse.Namespace) else args
     return ServeOptions(**{name: values[name] for name in names() if name in values})
+
+
+# The serve options a run may set for itself, as JSON fields of `POST /_mockllm/runs`.
+RUN_FIELDS = ("cwd", "pace", "speed", "strict", "ignore_input", "bind")
+
+
+@dataclass(frozen=True, slots=True)
+class RunSettings:
+    """How one run replays: the server's options, each overridable per run."""
+
+    cwd: str | None = None
+    pace: str = "burst"
+    speed: float = 1.0
+    strict: bool = False
+    ignore_input: tuple[str, ...] = ()
+    bind: Bind = "order"
+    masks: tuple[re.Pattern[str], ...] = field(default=(), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "masks", check_patterns(self.ignore_input))
+
+    @property
+    def gap_ms(self) -> float | None:
+        """A fixed pace's gap per event, or None for burst and recorded."""
+        return None if self.pace in PACES else float(self.pace)
+
+    @classmethod
+    def of(cls, options: ServeOptions) -> RunSettings:
+        return cls(**{name: getattr(options, name) for name in RUN_FIELDS})
+
+    def with_json(self, body: Mapping[str, Any]) -> RunSettings:
+        """These settings with a run's JSON fields over them; a bad field is a ValueError naming it."""
+        changes: dict[str, Any] = {}
+        for name in RUN_FIELDS:
+            if name not in body or body[name] is None:
+                continue
+            value = body[name]
+            try:
+                changes[name] = _run_field(name, value)
+            except ValueError as exc:
+                raise ValueError(f'"{name}": {exc}') from None
+        return dataclasses.replace(self, **changes)
+
+
+def _run_field(name: str, value: Any) -> Any:
+    if name == "cwd":
+        if not isinstance(value, str):
+            raise ValueError(f"must be a string, not {value!r}")
+        return value
+    if name == "pace":
+        return check_pace(value)
+    if name == "speed":
+        return check_speed(value)
+    if name == "strict":
+        if not isinstance(value, bool):
+            raise ValueError(f"must be true or false, not {value!r}")
+        return value
+    if name == "bind":
+        if value not in ("order", "content"):
+            raise ValueError(f"must be \"order\" or \"content\", not {value!r}")
+        return value
+    patterns = [value] if isinstance(value, str) else value
+    if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+        raise ValueError(f"must be a regular expression or a list of them, not {value!r}")
+    check_patterns(patterns)
+    return tuple(patterns)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from mockllm.conversations import ConversationIndex
 from mockllm.errors import ReplayFailure
 from mockllm.journal import Failures, Journal
-from mockllm.options import Headerless, ServeOptions
+from mockllm.options import Headerless, RunSettings, ServeOptions
 from mockllm.scenario import Scenario, SessionScript
 from mockllm.wire.dialect import Dialect, Request
 
@@ -48,7 +49,7 @@ class Turn(NamedTuple):
 class Run:
     id: str
     scenario: Scenario
-    cwd: str | None = None
+    settings: RunSettings = field(default_factory=RunSettings)
     headerless: Headerless = "conversation"
     created: float = field(default_factory=time.time)
     bindings: dict[str, Binding] = field(default_factory=dict)  # live id -> binding
@@ -63,6 +64,11 @@ class Run:
 
     def __post_init__(self) -> None:
         self.side_calls = [0] * len(self.scenario.side_routes)
+
+    @property
+    def cwd(self) -> str | None:
+        """Replaces `{{cwd}}` in recorded strings; where ready files are written."""
+        return self.settings.cwd
 
     def live_session(self, header_id: str | None, request: Request, dialect: Dialect) -> str:
         """The live id of the calling session: its header, else the session whose reply it continues,
@@ -168,6 +174,11 @@ class Run:
             if s.entries
         ) and all(calls >= len(r.entries) for calls, r in zip(self.side_calls, self.scenario.side_routes, strict=True))
 
+    def settings_report(self) -> dict[str, Any]:
+        settings = self.settings
+        return {"pace": settings.pace, "speed": settings.speed, "strict": settings.strict,
+                "ignore_input": list(settings.ignore_input), "bind": settings.bind}
+
     def side_routes_report(self) -> list[dict[str, Any]]:
         out = []
         for calls, route in zip(self.side_calls, self.scenario.side_routes, strict=True):
@@ -202,7 +213,7 @@ class Run:
         """The live state GET answers with."""
         return {
             **self.report(),
-            "cwd": self.cwd, "holding": self.holding,
+            "cwd": self.cwd, "settings": self.settings_report(), "holding": self.holding,
             "bindings": {live: self.scenario.sessions[b.script].id for live, b in self.bindings.items()},
             "cursors": {live: b.cursor for live, b in self.bindings.items()},
             "journal": [r.as_dict() for r in self.journal],
@@ -216,15 +227,18 @@ class Runs:
     def __init__(self, scenarios: dict[str, Scenario], options: ServeOptions) -> None:
         self._scenarios = scenarios
         self._options = options
+        self._settings = RunSettings.of(options)
         self._runs: dict[str, Run] = {}
         self._defaults: dict[str, str] = {}
         self._ids = itertools.count(1)
 
-    def create(self, scenario: str, cwd: str | None = None) -> Run:
-        """A new run of `scenario`; `cwd` None takes the server's (`--cwd`)."""
+    def create(self, scenario: str, overrides: Mapping[str, Any] | None = None) -> Run:
+        """A new run of `scenario`, with the server's settings and a run's JSON `overrides` over them
+        (`POST /_mockllm/runs` fields; a bad one is a ValueError naming it)."""
         options = self._options
-        run = Run(f"run-{next(self._ids)}", self._scenarios[scenario], cwd if cwd is not None else options.cwd,
-                  options.headerless, journal=Journal(options.journal_limit))
+        settings = self._settings.with_json(overrides) if overrides else self._settings
+        run = Run(f"run-{next(self._ids)}", self._scenarios[scenario], settings, options.headerless,
+                  journal=Journal(options.journal_limit))
         self._runs[run.id] = run
         return run
 

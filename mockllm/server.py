@@ -22,7 +22,7 @@ from mockllm.catalog import Catalog
 from mockllm.entries import Entry, HangEntry
 from mockllm.errors import ReplayFailure, RequestError, TemplateError
 from mockllm.journal import CallRecord
-from mockllm.options import ServeOptions
+from mockllm.options import RUN_FIELDS, ServeOptions
 from mockllm.replay import Run, Runs
 from mockllm.scenario import Suite
 from mockllm.wire import CHAT, DIALECTS
@@ -286,15 +286,16 @@ class MockServer:
         except msgspec.DecodeError:
             body = None
         if not isinstance(body, dict) or not isinstance(body.get("scenario"), str):
-            return mock_error(400, "invalid_request", 'expected {"scenario": "NAME"} (and optionally "cwd")')
-        cwd = body.get("cwd")
-        if cwd is not None and not isinstance(cwd, str):
-            return mock_error(400, "invalid_request", '"cwd" must be a string')
+            return mock_error(400, "invalid_request", 'expected {"scenario": "NAME"} and optionally '
+                              f"{', '.join(repr(f) for f in RUN_FIELDS)}")
         name = body["scenario"]
         problem = self._scenario_error(name)
         if problem is not None:
             return problem
-        run = self.runs.create(name, cwd)
+        try:
+            run = self.runs.create(name, body)
+        except ValueError as exc:
+            return mock_error(400, "invalid_request", str(exc))
         return web.json_response({"run": run.id, "base_url": _base(request, f"/runs/{run.id}/v1")}, status=201)
 
     async def get_run(self, request: web.Request) -> web.Response:
