@@ -51,7 +51,34 @@ class ConversationIndex:
     """The live conversations of one run, each indexed by its latest request."""
 
     _by_latest: dict[tuple[int, int], list[_Conversation]] = field(default_factory=dict)
+    _by_id: dict[str, _Conversation] = field(default_factory=dict)
     _count: int = 0
+
+    def owns(self, live_id: str) -> bool:
+        """Whether `live_id` names a conversation this index started."""
+        return live_id in self._by_id
+
+    def closest(self, messages: list[Message], *, exclude: str | None = None
+                ) -> tuple[str, int, Message | None, Message | None] | None:
+        """The live conversation whose latest request agrees longest with `messages`: (its live id,
+        how many leading messages agree, its message where they part, this request's there).
+
+        For error messages only: it looks at every conversation of the run."""
+        keys = [message_key(m) for m in messages]
+        best: tuple[str, int, Message | None, Message | None] | None = None
+        for conversation in self._by_id.values():
+            if conversation.live_id == exclude:
+                continue
+            agreed = 0
+            for theirs, ours in zip(conversation.keys, keys, strict=False):
+                if theirs != ours:
+                    break
+                agreed += 1
+            if best is None or agreed > best[1]:
+                theirs_at = conversation.keys[agreed] if agreed < len(conversation.keys) else None
+                best = (conversation.live_id, agreed, _message(theirs_at),
+                        messages[agreed] if agreed < len(messages) else None)
+        return best
 
     def route(self, messages: list[Message]) -> tuple[str, bool]:
         """The live id this request belongs to, and whether it starts a new conversation."""
@@ -64,6 +91,7 @@ class ConversationIndex:
                     return conversation.live_id, False
         self._count += 1
         conversation = _Conversation(f"conversation-{self._count}", [])
+        self._by_id[conversation.live_id] = conversation
         self._move(conversation, keys, hashes)
         return conversation.live_id, True
 
@@ -78,3 +106,7 @@ class ConversationIndex:
         if keys:
             conversation.latest = hashes[-1]
             self._by_latest.setdefault((len(keys), hashes[-1]), []).append(conversation)
+
+
+def _message(key: bytes | None) -> Message | None:
+    return msgspec.json.decode(key, type=Message) if key is not None else None

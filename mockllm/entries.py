@@ -11,7 +11,7 @@ from pathlib import PurePosixPath, PureWindowsPath
 
 import msgspec
 
-from mockllm.chunks import BlockStart, StreamChunk, TextDelta
+from mockllm.chunks import BlockEnd, BlockStart, StreamChunk, TextDelta, ToolCallDelta
 
 
 class ChunksEntry(msgspec.Struct, tag_field="kind", tag="chunks", forbid_unknown_fields=False):
@@ -64,3 +64,16 @@ def ready_file_problem(ready_file: str) -> str | None:
     if ".." in PurePosixPath(ready_file.replace("\\", "/")).parts:
         return "leaves the run's cwd (..): it must stay inside it"
     return None
+
+
+def tools_called(entry: Entry) -> tuple[str, ...]:
+    """Names of the tools an entry calls, one per tool-call block, in block order."""
+    if isinstance(entry, HangEntry):
+        return ()
+    names: dict[int, str] = {}
+    for chunk in entry.chunks:
+        if isinstance(chunk, ToolCallDelta) and chunk.name:
+            names.setdefault(chunk.index, chunk.name)
+        elif isinstance(chunk, BlockEnd) and chunk.block.type == "tool-call" and chunk.block.name:
+            names.setdefault(chunk.index, chunk.block.name)
+    return tuple(names[i] for i in sorted(names))

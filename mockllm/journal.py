@@ -38,6 +38,7 @@ class CallRecord:
     kind: str | None = None  # the entry's kind, as its class name
     status: int | None = None
     error: str | None = None  # the mock-made error code, if any
+    diverged: str | None = None  # where the request differed from the recording, if it did
     duration_ms: float | None = None
 
     def done(self) -> None:
@@ -48,7 +49,7 @@ class CallRecord:
         return {
             "at": self.at, "dialect": self.dialect, "session": self.session, "stream": self.stream,
             "headers": self.headers, "script": self.script, "call": self.call, "kind": self.kind,
-            "status": self.status, "error": self.error, "duration_ms": self.duration_ms,
+            "status": self.status, "error": self.error, "diverged": self.diverged, "duration_ms": self.duration_ms,
             "body": self.body.decode("utf-8", "replace"), "body_truncated": self.body_truncated,
         }
 

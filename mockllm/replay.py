@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from mockllm.conversations import ConversationIndex
+from mockllm.divergence import Divergence, compare_inputs, live_inputs, tool_not_offered
 from mockllm.errors import ReplayFailure
 from mockllm.journal import Failures, Journal
 from mockllm.options import Headerless, RunSettings, ServeOptions
 from mockllm.scenario import Scenario, SessionScript
-from mockllm.wire.dialect import Dialect, Request
+from mockllm.wire.dialect import Dialect, Message, Request
 
 ANONYMOUS = "anonymous"
 
@@ -43,6 +44,7 @@ class Turn(NamedTuple):
     call: int
     session: SessionScript
     live_id: str
+    divergence: Divergence | None = None
 
 
 @dataclass(slots=True)
@@ -59,6 +61,9 @@ class Run:
     # What each held call is, for the report: live session, file, call, and its ready file if any.
     held: list[dict[str, Any]] = field(default_factory=list)
     side_calls: list[int] = field(default_factory=list)  # per side route: calls it was asked so far
+    default: bool = False  # a scenario's default run (/scenarios/{name}/v1): its errors say how to reset it
+    divergences: dict[int, Divergence] = field(default_factory=dict)  # the first per script
+    diverged_calls: int = 0
     _bound: dict[int, Binding] = field(default_factory=dict)
     _conversations: ConversationIndex = field(default_factory=ConversationIndex)
 
@@ -102,40 +107,122 @@ class Run:
             return binding
         return None
 
-    def take(self, live_id: str) -> Turn:
-        """Bind if new, then hand out the session's next entry and advance its cursor."""
-        binding = self.bindings.get(live_id) or self._bind(live_id)
-        session = self.scenario.sessions[binding.script]
-        if binding.cursor >= len(session.entries):
-            call = binding.cursor
+    def take(self, live_id: str, request: Request | None = None) -> Turn:
+        """Bind if new, compare the request with the recording, then hand out the session's next
+        entry and advance its cursor.
+
+        A divergence is noted (the first per session goes into the report); under `strict` the
+        request is refused with 409 `request_diverged` and changes nothing: no binding, no cursor.
+        """
+        binding = self.bindings.get(live_id)
+        chosen: Divergence | None = None
+        if binding is None:
+            script, chosen = self._choose(live_id, request)
+            cursor = 0
+        else:
+            script, cursor = binding.script, binding.cursor
+        session = self.scenario.sessions[script]
+        if cursor >= len(session.entries):
+            binding = binding or self._bind(script, live_id)
             binding.cursor += 1  # later calls are counted too, so the report shows how far over it went
-            raise self.fail(ReplayFailure(
-                410, "script_exhausted",
-                f"run {self.id}: session {session.file} (recorded id {session.id}, live id {live_id}) made call "
-                f"{call + 1} but its script has {len(session.entries)} entries; the agent made more model calls "
-                "than were recorded: re-record the scenario, or append an entry in replay.override.json",
-                live_id, call,
-            ))
-        turn = Turn(binding.script, binding.cursor, session, live_id)
+            raise self.fail(ReplayFailure(410, "script_exhausted", self._exhausted(session, live_id, cursor),
+                                          live_id, cursor))
+        divergence = chosen or (self._diverged(script, cursor, live_id, request) if request is not None else None)
+        if divergence is not None:
+            self.divergences.setdefault(script, divergence)
+            self.diverged_calls += 1
+            if self.settings.strict:
+                raise self.fail(ReplayFailure(
+                    409, "request_diverged", divergence.message(self.id) + "; under strict the call is refused and "
+                    "the session's cursor stays where it was (mask volatile spans with --ignore-input REGEX)",
+                    live_id, cursor))
+        binding = binding or self._bind(script, live_id)
+        turn = Turn(script, cursor, session, live_id, divergence)
         binding.cursor += 1
         return turn
 
-    def _bind(self, live_id: str) -> Binding:
+    def _exhausted(self, session: SessionScript, live_id: str, call: int) -> str:
+        message = (f"run {self.id}: session {session.file} (recorded id {session.id}, live id {live_id}) made call "
+                   f"{call + 1} but its script has {len(session.entries)} entries")
+        if self.default:
+            return message + (f". This is scenario {self.scenario.name}'s default run, and it is spent: start over "
+                              f"with DELETE /_mockllm/runs/{self.id} (the next request gets a fresh default run), "
+                              "or give each test its own run with POST /_mockllm/runs. If the agent now makes more "
+                              "calls than were recorded, re-record the scenario")
+        return message + ("; the agent made more model calls than were recorded: re-record the scenario, or "
+                          "append an entry in replay.override.json")
+
+    def _choose(self, live_id: str, request: Request | None) -> tuple[int, Divergence | None]:
+        """The script a new live session binds to, and the divergence when content binding found no match."""
         sessions = self.scenario.sessions
         chosen = next((i for i, s in enumerate(sessions) if s.id == live_id and i not in self._bound), None)
+        if chosen is not None:
+            return chosen, None
+        # Sessions recorded with no model calls never call, so they take no place in first-call order.
+        unbound = [i for i, s in enumerate(sessions) if i not in self._bound and s.entries]
+        divergence = None
+        if self.settings.bind == "content" and request is not None and unbound:
+            live = live_inputs(request.tail)
+            settings = self.settings
+            matching = (i for i in unbound if sessions[i].inputs and sessions[i].inputs[0]
+                        and compare_inputs(sessions[i].inputs[0] or (), live, masks=settings.masks,
+                                           cwd=settings.cwd) is None)
+            # Twins (equal first inputs) bind among themselves in script order: the first unbound one.
+            chosen = next(matching, None)
+            if chosen is None:
+                first = sessions[unbound[0]]
+                found = compare_inputs(first.inputs[0] or () if first.inputs else (), live, masks=settings.masks,
+                                       cwd=settings.cwd)
+                what, expected, got, diff = found or ("its first request", "", "", "")
+                divergence = Divergence("binding", first.file, live_id, 0,
+                                        f"{what} (no unbound session's first recorded call matches it; bound in "
+                                        "first-call order)", expected, got, diff)
+        if chosen is None and unbound:
+            chosen = unbound[0]
         if chosen is None:
-            # Sessions recorded with no model calls never call, so they take no place in first-call order.
-            chosen = next((i for i, s in enumerate(sessions) if i not in self._bound and s.entries), None)
-        if chosen is None:
-            bound = ", ".join(f"{sessions[b.script].file}<-{b.live_id}" for b in self._bound.values()) or "none"
-            raise self.fail(ReplayFailure(
-                404, "unrecorded_session",
-                f"run {self.id}: live session {live_id} is new, but every recorded session with model calls "
-                f"is already bound ({bound}); the agent started a session that was not recorded: re-record "
-                "the scenario, or send the recorded id in the x-mockllm-session header",
-                live_id, 0,
-            ))
-        binding = self.bindings[live_id] = self._bound[chosen] = Binding(chosen, live_id)
+            raise self.fail(ReplayFailure(404, "unrecorded_session", self._unrecorded(live_id, request), live_id, 0))
+        return chosen, divergence
+
+    def _unrecorded(self, live_id: str, request: Request | None) -> str:
+        sessions = self.scenario.sessions
+        bound = ", ".join(f"{sessions[b.script].file}<-{b.live_id}" for b in self._bound.values()) or "none"
+        message = (f"run {self.id}: live session {live_id} is new, but every recorded session with model calls "
+                   f"is already bound ({bound})")
+        if request is None or not self._conversations.owns(live_id):
+            return message + ("; the agent started a session that was not recorded: re-record the scenario, or "
+                              "send the recorded id in the x-mockllm-session header")
+        closest = self._conversations.closest(request.messages, exclude=live_id)
+        if closest is None:
+            return message + "; its messages extend no live conversation, and none has started yet"
+        other, agreed, expected, got = closest
+        where = self.script_file(other) or "unbound"
+        return message + (
+            f". Its messages extend no live conversation; the closest is {other} ({where}), whose latest request "
+            f"agrees with it for {agreed} message(s) and then differs at message {agreed + 1}: there it had "
+            f"{_gist(expected)}, this request has {_gist(got)}. The usual cause is a turn sent without the "
+            "history before it (send the whole conversation every call); a subagent of its own needs its own "
+            "x-mockllm-session header")
+
+    def _diverged(self, script: int, call: int, live_id: str, request: Request) -> Divergence | None:
+        """How this request differs from what was recorded before call `call` of `script`, if it does."""
+        session = self.scenario.sessions[script]
+        recorded = session.inputs[call] if call < len(session.inputs) else None
+        if recorded:  # a call recorded with no inputs of its own (a retry) is not compared
+            found = compare_inputs(recorded, live_inputs(request.tail), masks=self.settings.masks,
+                                   cwd=self.settings.cwd)
+            if found is not None:
+                return Divergence("input", session.file, live_id, call, *found)
+        called = self.scenario.tools_called(script, call)
+        if called:
+            offered = request.offered_tools
+            missing = tool_not_offered(called, offered)
+            if missing is not None and offered is not None:
+                return Divergence("tool", session.file, live_id, call, f"the tool {missing!r} the recorded call uses",
+                                  missing, "offered: " + (", ".join(sorted(offered)) or "no tools"), "")
+        return None
+
+    def _bind(self, script: int, live_id: str) -> Binding:
+        binding = self.bindings[live_id] = self._bound[script] = Binding(script, live_id)
         return binding
 
     def take_side(self, route: int) -> int:
@@ -206,6 +293,8 @@ class Run:
             "failures": [f.as_dict() for f in self.failures.first],
             # Past the first FAILURES_KEPT, failures are only counted, per code.
             "failures_more": dict(self.failures.more), "sessions": self.sessions_report(),
+            "divergences": [d.as_dict() for _, d in sorted(self.divergences.items())],
+            "diverged_calls": self.diverged_calls,
             "side_routes": self.side_routes_report(), "held": list(self.held),
         }
 
@@ -219,6 +308,15 @@ class Run:
             "journal": [r.as_dict() for r in self.journal],
             "journal_dropped": self.journal.dropped,
         }
+
+
+def _gist(message: Message | None, limit: int = 80) -> str:
+    if message is None:
+        return "no message"
+    text = " ".join(message.text.split())
+    text = text if len(text) <= limit else text[: limit - 1] + "…"
+    calls = f" calling {', '.join(c.name or '?' for c in message.tool_calls)}" if message.tool_calls else ""
+    return f"{message.role or 'a'} message {text!r}{calls}"
 
 
 class Runs:
@@ -247,6 +345,7 @@ class Runs:
         run_id = self._defaults.get(scenario)
         if run_id is None or run_id not in self._runs:
             run = self.create(scenario)
+            run.default = True
             self._defaults[scenario] = run.id
             return run
         return self._runs[run_id]

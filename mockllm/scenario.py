@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mockllm.entries import Entry
+from mockllm.entries import Entry, tools_called
 from mockllm.errors import NotAScenarioError, RecordingError, ScenarioError
 from mockllm.header import SessionHeader, SessionKind
 from mockllm.inputs import Input
@@ -57,8 +57,18 @@ class Scenario:
     # model -> index into side_routes: looked up for every request, so a dict.
     side_models: dict[str, int] = field(default_factory=dict)
 
+    # (script, call) -> names of the tools that entry calls, filled on first use.
+    _tools: dict[tuple[int, int], tuple[str, ...]] = field(default_factory=dict)
+
     def __post_init__(self) -> None:
         self.side_models = {route.model: number for number, route in enumerate(self.side_routes)}
+
+    def tools_called(self, script: int, call: int) -> tuple[str, ...]:
+        """The tools entry `call` of script `script` calls, in block order."""
+        names = self._tools.get((script, call))
+        if names is None:
+            names = self._tools[(script, call)] = tools_called(self.sessions[script].entries[call])
+        return names
 
     @property
     def primary(self) -> SessionScript:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -145,14 +146,18 @@ class MockServer:
         catalog = self.catalogs[run.scenario.name]
         try:
             if side is None:
-                turn = run.take(record.session)
+                turn = run.take(record.session, call)
                 script, index, file = turn.script, turn.call, turn.session.file
+                if turn.divergence is not None:
+                    record.diverged = turn.divergence.what
             else:
                 index = run.take_side(side)
                 script, file = catalog.side_script(side), run.scenario.side_routes[side].file
         except ReplayFailure as failure:
             # Past the end, the call number is the one asked for; an unrecorded session has no file.
             record.status, record.error, record.call = failure.status, failure.code, failure.call
+            if failure.code == "request_diverged":
+                record.diverged = failure.message
             record.script = run.script_file(record.session) if side is None else run.scenario.side_routes[side].file
             return mock_error(failure.status, failure.code, failure.message, dialect=dialect)
         entry = catalog.entry(script, index)
@@ -327,9 +332,22 @@ def _base(request: web.Request, path: str) -> str:
     return f"{request.scheme}://{request.host}{path}"
 
 
+BASES = ("/scenarios/{name}/v1", "/runs/{run}/v1", "/v1")
+_UNDER_BASE = re.compile(r"^(/scenarios/[^/]+/v1|/runs/[^/]+/v1|/v1)(/.*)?$")
+
+
 async def _unknown_path(request: web.Request) -> web.Response:
-    return mock_error(404, "unknown_path", f"no endpoint at {request.path}: the model API is under "
-                      "/scenarios/NAME/v1, /runs/RUN/v1 or (one scenario loaded) /v1")
+    under = _UNDER_BASE.match(request.path)
+    if under is None:
+        return mock_error(404, "unknown_path", f"no endpoint at {request.path}: the model API is under "
+                          "/scenarios/NAME/v1, /runs/RUN/v1 or (one scenario loaded) /v1")
+    base, rest = under.group(1), under.group(2) or ""
+    served = ", ".join([*(f"POST {base}{d.path}" for d in DIALECTS), f"GET {base}/models"])
+    message = f"no endpoint at {request.path}; under {base} mockllm serves {served}"
+    if rest.startswith("/v1/"):
+        message += (f". A client that adds /v1 itself (the Anthropic SDK) takes the base without it: "
+                    f"{base.removesuffix('/v1') or '/'}")
+    return mock_error(404, "unknown_path", message)
 
 
 def _not_allowed(allowed: str) -> Handler:
@@ -364,7 +382,7 @@ def create_app(suite: Suite, options: ServeOptions | None = None) -> web.Applica
     app = web.Application(client_max_size=server.max_body)
     app[SERVER_KEY] = server
     app.on_shutdown.append(server.release_held)
-    for base in ("/scenarios/{name}/v1", "/runs/{run}/v1", "/v1"):
+    for base in BASES:
         for dialect in DIALECTS:
             _add_routes(app, base + dialect.path, {"POST": server.model_route(dialect)})
         _add_routes(app, base + "/models", {"GET": server.models})

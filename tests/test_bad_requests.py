@@ -113,8 +113,21 @@ async def test_unknown_paths(serve, scenario, method, path):
     status, body, headers = await raw(method, server.base_url + path, json.dumps(GOOD).encode())
     message = assert_mock_error(status, body, headers, 404, "unknown_path")
     assert path.split("?")[0] in message
-    assert "/scenarios/NAME/v1" in message
+    base = next((b for b in ("/scenarios/s/v1", "/v1") if path.startswith(b + "/")), None)
+    if base is None:
+        assert "/scenarios/NAME/v1" in message
+    else:  # under a valid base: the endpoints that exist there are named
+        assert (f"under {base} mockllm serves POST {base}/chat/completions, POST {base}/messages, "
+                f"POST {base}/responses, GET {base}/models") in message
     await still_serves(f"{server.base_url}/v1")
+
+
+async def test_an_anthropic_base_with_v1_twice_is_told_to_drop_it(serve, scenario):
+    server = await serve(scenario)
+    url = server.base_url + "/scenarios/s/v1/v1/messages"
+    status, body, headers = await raw("POST", url, json.dumps(GOOD).encode())
+    message = assert_mock_error(status, body, headers, 404, "unknown_path")
+    assert "takes the base without it: /scenarios/s" in message
 
 
 @pytest.mark.parametrize(("method", "path", "allowed"), [

@@ -65,7 +65,7 @@ from mockllm.chunks import (
 from mockllm.entries import HANG_CHUNKS, ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
 from mockllm.errors import RequestError
 from mockllm.wire.anthropic_stream import AnthropicStreamDecoder
-from mockllm.wire.dialect import Dialect, Envelope, Message, Request, StreamDecoder, ToolCall, tool_names
+from mockllm.wire.dialect import NO_TOOLS, Dialect, Envelope, Message, Request, StreamDecoder, ToolCall, tool_names
 from mockllm.wire.reply import Reply
 from mockllm.wire.sse import named_event
 
@@ -86,7 +86,7 @@ class _MessagesRequest(msgspec.Struct):
     model: str | None = None
     system: msgspec.Raw = _NO_SYSTEM
     stream: bool | None = False
-    tools: msgspec.Raw | None = None
+    tools: msgspec.Raw = NO_TOOLS  # msgspec.Raw cannot be Optional: an empty Raw means absent
 
 
 _request_decoder = msgspec.json.Decoder(_MessagesRequest)
@@ -245,7 +245,7 @@ class AnthropicMessages(Dialect):
         if request.system:
             conversation = {"system": request.system, **conversation}
         return Request(bool(request.stream), True, request.model, conversation, anthropic_messages,
-                       raw_tools=request.tools, _decode_tools=tool_names)
+                       raw_tools=request.tools or None, _decode_tools=tool_names)
 
     def reply_id(self, script: int, call: int) -> str:
         return f"msg_mockllm_{script}_{call}"

@@ -27,7 +27,7 @@ from mockllm.chunks import (
 from mockllm.entries import HANG_CHUNKS, ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
 from mockllm.errors import RequestError
 from mockllm.wire.chat_stream import ChatStreamDecoder
-from mockllm.wire.dialect import Dialect, Envelope, Message, Request, StreamDecoder, ToolCall, tool_names
+from mockllm.wire.dialect import NO_TOOLS, Dialect, Envelope, Message, Request, StreamDecoder, ToolCall, tool_names
 from mockllm.wire.reply import Reply
 from mockllm.wire.sse import data_event
 
@@ -42,7 +42,7 @@ class _ChatRequest(msgspec.Struct):
     model: str | None = None
     stream: bool | None = False
     stream_options: dict[str, Any] | None = None
-    tools: msgspec.Raw | None = None
+    tools: msgspec.Raw = NO_TOOLS  # msgspec.Raw cannot be Optional: an empty Raw means absent
 
 
 _request_decoder = msgspec.json.Decoder(_ChatRequest)
@@ -143,7 +143,7 @@ class ChatCompletions(Dialect):
             raise RequestError('"messages" is empty')
         include_usage = bool((chat.stream_options or {}).get("include_usage"))
         return Request(bool(chat.stream), include_usage, chat.model, chat.messages, chat_messages,
-                       raw_tools=chat.tools, _decode_tools=tool_names, _decode_tail=chat_tail)
+                       raw_tools=chat.tools or None, _decode_tools=tool_names, _decode_tail=chat_tail)
 
     def reply_id(self, script: int, call: int) -> str:
         return f"chatcmpl-mockllm-{script}-{call}"

@@ -101,6 +101,9 @@ def messages_after_last_assistant(messages: list[Message]) -> list[Message]:
     return messages
 
 
+NO_TOOLS = msgspec.Raw()  # a request struct's `tools` when the field is absent (falsy)
+
+
 def tool_names(raw: Any) -> frozenset[str]:
     """Names of the tools a request offers: `[{"function": {"name": …}}]` (chat completions) or
     `[{"name": …}]` (Anthropic Messages, OpenAI Responses)."""
