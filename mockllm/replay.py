@@ -16,7 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from mockllm.conversations import ConversationIndex
-from mockllm.divergence import Divergence, compare_inputs, live_inputs, tool_not_offered
+from mockllm.divergence import (
+    Divergence,
+    compare_inputs,
+    describe_mismatch,
+    first_mismatch,
+    input_name,
+    live_inputs,
+    tool_not_offered,
+)
 from mockllm.errors import ReplayFailure
 from mockllm.journal import Failures, Journal
 from mockllm.options import Headerless, RunSettings, ServeOptions
@@ -107,9 +115,16 @@ class Run:
             return binding
         return None
 
-    def take(self, live_id: str, request: Request | None = None) -> Turn:
-        """Bind if new, compare the request with the recording, then hand out the session's next
-        entry and advance its cursor.
+    @property
+    def checks_first(self) -> bool:
+        """Whether a request must be compared before it is answered: under strict (a diverged call is
+        refused) or content binding (the comparison picks the script). Otherwise the comparison
+        only reports, and `review` runs it once the answer is on its way, off the client's wait."""
+        return self.settings.strict or self.settings.bind == "content"
+
+    def take(self, live_id: str, request: Request | None = None, *, compare: bool = True) -> Turn:
+        """Bind if new, compare the request with the recording (given `request`, unless not
+        `compare`), then hand out the session's next entry and advance its cursor.
 
         A divergence is noted (the first per session goes into the report); under `strict` the
         request is refused with 409 `request_diverged` and changes nothing: no binding, no cursor.
@@ -127,10 +142,11 @@ class Run:
             binding.cursor += 1  # later calls are counted too, so the report shows how far over it went
             raise self.fail(ReplayFailure(410, "script_exhausted", self._exhausted(session, live_id, cursor),
                                           live_id, cursor))
-        divergence = chosen or (self._diverged(script, cursor, live_id, request) if request is not None else None)
+        divergence = chosen
+        if divergence is None and request is not None and compare:
+            divergence = self._diverged(script, cursor, live_id, request)
         if divergence is not None:
-            self.divergences.setdefault(script, divergence)
-            self.diverged_calls += 1
+            self._note(script, divergence)
             if self.settings.strict:
                 raise self.fail(ReplayFailure(
                     409, "request_diverged", divergence.message(self.id) + "; under strict the call is refused and "
@@ -140,6 +156,17 @@ class Run:
         turn = Turn(script, cursor, session, live_id, divergence)
         binding.cursor += 1
         return turn
+
+    def review(self, turn: Turn, request: Request) -> Divergence | None:
+        """Compare a request already answered with the recording of its call, and note how it differs."""
+        divergence = self._diverged(turn.script, turn.call, turn.live_id, request)
+        if divergence is not None:
+            self._note(turn.script, divergence)
+        return divergence
+
+    def _note(self, script: int, divergence: Divergence) -> None:
+        self.divergences.setdefault(script, divergence)
+        self.diverged_calls += 1
 
     def _exhausted(self, session: SessionScript, live_id: str, call: int) -> str:
         message = (f"run {self.id}: session {session.file} (recorded id {session.id}, live id {live_id}) made call "
@@ -204,13 +231,20 @@ class Run:
             "x-mockllm-session header")
 
     def _diverged(self, script: int, call: int, live_id: str, request: Request) -> Divergence | None:
-        """How this request differs from what was recorded before call `call` of `script`, if it does."""
+        """How this request differs from what was recorded before call `call` of `script`, if it does.
+
+        Described in full only when it will be reported (the session's first, or a refusal under
+        strict): otherwise expected, got and diff stay empty."""
+        describe = script not in self.divergences or self.settings.strict
         session = self.scenario.sessions[script]
         recorded = session.inputs[call] if call < len(session.inputs) else None
         if recorded:  # a call recorded with no inputs of its own (a retry) is not compared
-            found = compare_inputs(recorded, live_inputs(request.tail), masks=self.settings.masks,
-                                   cwd=self.settings.cwd)
-            if found is not None:
+            live = live_inputs(request.tail)
+            cwd = self.settings.cwd
+            number = first_mismatch(recorded, live, masks=self.settings.masks, cwd=cwd)
+            if number is not None:
+                found = (describe_mismatch(recorded, live, number, cwd) if describe
+                         else (input_name(recorded, live, number), "", "", ""))
                 return Divergence("input", session.file, live_id, call, *found)
         called = self.scenario.tools_called(script, call)
         if called:

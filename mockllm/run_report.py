@@ -36,12 +36,37 @@ class SessionReport(msgspec.Struct, frozen=True):
     remaining: int = 0
 
 
+class SideRouteReport(msgspec.Struct, frozen=True):
+    """A side route of the run (a title model): calls served from its own script and remaining."""
+
+    model: str
+    file: str
+    served: int = 0
+    entries: int = 0
+    remaining: int = 0
+
+
+class DivergenceReport(msgspec.Struct, frozen=True):
+    """The first place a session's requests differed from the recording (`call` is 0-based)."""
+
+    kind: str
+    session: str
+    live_id: str
+    call: int
+    what: str
+    expected: str
+    got: str
+    diff: str = ""
+
+
 class RunReport(msgspec.Struct, frozen=True):
     run: str
     scenario: str
     consumed: bool
     failures: list[Failure] = []
     sessions: list[SessionReport] = []
+    side_routes: list[SideRouteReport] = []
+    divergences: list[DivergenceReport] = []
     # The server's whole answer: while a run is live it also holds bindings, cursors and the journal.
     state: dict[str, Any] = {}
 
@@ -59,6 +84,8 @@ class RunReport(msgspec.Struct, frozen=True):
         out = [_failure_line(f, self._file_of(f.session)) for f in self.failures]
         if require_consumed:
             out += [_unconsumed_line(s) for s in self.unconsumed]
+            out += [f"unconsumed: side route {r.model!r} ({r.file}) served {r.served} of {r.entries}"
+                    for r in self.side_routes if r.remaining > 0]
         return out
 
     def describe(self, *, require_consumed: bool = True) -> str:
@@ -66,7 +93,11 @@ class RunReport(msgspec.Struct, frozen=True):
         problems = self.problems(require_consumed=require_consumed)
         head = f"mockllm run {self.run} of scenario {self.scenario!r}: "
         head += f"{len(problems)} problem(s)" if problems else "replayed as recorded"
-        lines = [head, *("  " + p for p in problems), "  sessions (calls served / recorded):"]
+        lines = [head, *("  " + p for p in problems)]
+        if self.divergences:  # why it went wrong, most often: where the agent's requests changed
+            lines.append("  where requests first differed from the recording:")
+            lines += [f"    {_divergence_line(d)}" for d in self.divergences]
+        lines.append("  sessions (calls served / recorded):")
         lines += [f"    {_session_line(s)}" for s in self.sessions]
         return "\n".join(lines)
 
@@ -105,6 +136,12 @@ def _unconsumed_line(s: SessionReport) -> str:
     served = f"served {_calls(1, s.served)}" if s.served else "never called"
     return f"unconsumed: session {s.file} ({s.kind}, recorded id {s.id}) {served}; " \
            f"{_calls(s.served + 1, s.entries)} of {s.entries} not requested"
+
+
+def _divergence_line(d: DivergenceReport) -> str:
+    diff = f" ({d.diff})" if d.diff else ""
+    return f"session {d.session} (live id {d.live_id}) call {d.call + 1}, {d.what}: expected {d.expected!r}, " \
+           f"got {d.got!r}{diff}"
 
 
 def _session_line(s: SessionReport) -> str:

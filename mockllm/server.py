@@ -24,7 +24,7 @@ from mockllm.entries import Entry, HangEntry
 from mockllm.errors import ReplayFailure, RequestError, TemplateError
 from mockllm.journal import CallRecord
 from mockllm.options import RUN_FIELDS, ServeOptions
-from mockllm.replay import Run, Runs
+from mockllm.replay import Run, Runs, Turn
 from mockllm.scenario import Suite
 from mockllm.wire import CHAT, DIALECTS
 from mockllm.wire.chat import models_body
@@ -146,10 +146,13 @@ class MockServer:
         catalog = self.catalogs[run.scenario.name]
         try:
             if side is None:
-                turn = run.take(record.session, call)
-                script, index, file = turn.script, turn.call, turn.session.file
+                turn = run.take(record.session, call, compare=run.checks_first)
                 if turn.divergence is not None:
                     record.diverged = turn.divergence.what
+                if not run.checks_first:
+                    # Compared once this handler next yields: after its answer is written, off the TTFB.
+                    asyncio.get_running_loop().call_soon(_review, run, turn, call, record)
+                script, index, file = turn.script, turn.call, turn.session.file
             else:
                 index = run.take_side(side)
                 script, file = catalog.side_script(side), run.scenario.side_routes[side].file
@@ -314,6 +317,16 @@ class MockServer:
         if run is None:
             return mock_error(404, "unknown_run", f"unknown run {request.match_info['run']!r}")
         return web.json_response(run.report())
+
+
+def _review(run: Run, turn: Turn, request: Request, record: CallRecord) -> None:
+    try:
+        divergence = run.review(turn, request)
+    except Exception:  # a comparison bug must not break the loop's callbacks
+        log.exception("comparing run %s session %s call %d failed", run.id, turn.live_id, turn.call + 1)
+        return
+    if divergence is not None:
+        record.diverged = divergence.what
 
 
 def _touch(cwd: str, ready_file: str) -> bool:

@@ -97,9 +97,31 @@ def _arguments(value: Any) -> str | None:
     return value if value is None or isinstance(value, str) else _encode(value).decode()
 
 
+class _PlainMessage(msgspec.Struct):
+    """The common message shape: a role and string (or absent) content, nothing else that matters."""
+
+    role: str | None = None
+    content: str | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+    tool_calls: msgspec.Raw = msgspec.Raw()  # only to see that there are some: those take the general path
+
+
+_plain_decoder = msgspec.json.Decoder(_PlainMessage)
+
+
 def chat_message(message: Any) -> Message:
     """One chat message (decoded, or still raw JSON) in neutral form; `reasoning_content` is dropped."""
     if isinstance(message, msgspec.Raw):
+        # Most messages are plain text: a typed decode is several times cheaper than building a
+        # dict. Anything else (tool calls, content parts, odd values) takes the general path.
+        try:
+            plain = _plain_decoder.decode(message)
+        except msgspec.DecodeError:
+            pass
+        else:
+            if bytes(plain.tool_calls) in (b"", b"null"):
+                return Message(plain.role, plain.content or "", (), plain.tool_call_id, plain.name)
         message = msgspec.json.decode(message)
     if not isinstance(message, dict):
         return Message(None, _encode(message).decode())
