@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
 from mockllm.errors import ReplayFailure
@@ -21,25 +20,33 @@ FAILURES_KEPT = 100
 BODY_KEPT = 64 * 1024  # bytes of each request body kept in its record
 
 
-@dataclass(slots=True)
 class CallRecord:
-    """One model call of a run, as it arrived and as it was answered."""
+    """One model call of a run, as it arrived and as it was answered.
 
-    at: float  # arrival, epoch seconds
-    dialect: str
-    session: str  # the live session id
-    stream: bool
-    headers: dict[str, str]  # the `x-…` headers the client sent for its own reasons, lowercased
-    body: bytes  # at most BODY_KEPT bytes of the request body
-    body_truncated: bool
-    started: float = field(default_factory=time.perf_counter, repr=False)
-    script: str | None = None  # the recorded session file the live session is bound to
-    call: int | None = None  # 0-based entry index served
-    kind: str | None = None  # the entry's kind, as its class name
-    status: int | None = None
-    error: str | None = None  # the mock-made error code, if any
-    diverged: str | None = None  # where the request differed from the recording, if it did
-    duration_ms: float | None = None
+    A plain class with slots, not a dataclass: one is made per model call, before its first byte.
+    """
+
+    __slots__ = ("at", "body", "body_truncated", "call", "dialect", "diverged", "duration_ms", "error", "kind",
+                 "raw_headers", "script", "session", "started", "status", "stream")
+
+    def __init__(self, dialect: str, session: str, stream: bool, raw_headers: RawHeaders, body: bytes) -> None:
+        self.at = time.time()  # arrival, epoch seconds
+        self.started = time.perf_counter()
+        self.dialect = dialect
+        self.session = session  # the live session id
+        self.stream = stream
+        # The request's header lines as parsed (bytes, no reference to the request): filtered to the
+        # client's own `x-…` headers only when read, off the request path.
+        self.raw_headers = raw_headers
+        self.body = body[:BODY_KEPT]
+        self.body_truncated = len(body) > BODY_KEPT
+        self.script: str | None = None  # the recorded session file the live session is bound to
+        self.call: int | None = None  # 0-based entry index served (or asked for, past the end)
+        self.kind: str | None = None  # the entry's kind, as its class name
+        self.status: int | None = None
+        self.error: str | None = None  # the mock-made error code, if any
+        self.diverged: str | None = None  # where the request differed from the recording, if it did
+        self.duration_ms: float | None = None
 
     def done(self) -> None:
         """Stamp how long the call took, once its answer is written (or its hold released)."""
@@ -48,15 +55,19 @@ class CallRecord:
     def as_dict(self) -> dict[str, Any]:
         return {
             "at": self.at, "dialect": self.dialect, "session": self.session, "stream": self.stream,
-            "headers": self.headers, "script": self.script, "call": self.call, "kind": self.kind,
+            "headers": client_headers(self.raw_headers), "script": self.script, "call": self.call, "kind": self.kind,
             "status": self.status, "error": self.error, "diverged": self.diverged, "duration_ms": self.duration_ms,
             "body": self.body.decode("utf-8", "replace"), "body_truncated": self.body_truncated,
         }
 
 
-def client_headers(headers: Mapping[str, str]) -> dict[str, str]:
+RawHeaders = tuple[tuple[bytes, bytes], ...]
+
+
+def client_headers(raw_headers: RawHeaders) -> dict[str, str]:
     """Of a request's headers, those the client sent for its own reasons (`x-…`), lowercased."""
-    return {k.lower(): v for k, v in headers.items() if k[:2] in ("x-", "X-")}
+    return {k.decode("latin-1").lower(): v.decode("utf-8", "replace") for k, v in raw_headers
+            if k[:2] in (b"x-", b"X-")}
 
 
 class Journal:
@@ -66,10 +77,9 @@ class Journal:
         self._records: deque[CallRecord] = deque(maxlen=limit)
         self.total = 0
 
-    def record(self, dialect: str, session: str, stream: bool, headers: Mapping[str, str], body: bytes) -> CallRecord:
+    def record(self, dialect: str, session: str, stream: bool, raw_headers: RawHeaders, body: bytes) -> CallRecord:
         # The body is cut now: keeping the whole of a long history per call is what made the journal grow.
-        record = CallRecord(time.time(), dialect, session, stream, client_headers(headers), body[:BODY_KEPT],
-                            len(body) > BODY_KEPT)
+        record = CallRecord(dialect, session, stream, raw_headers, body)
         self._records.append(record)
         self.total += 1
         return record

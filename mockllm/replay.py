@@ -26,7 +26,7 @@ from mockllm.divergence import (
     tool_not_offered,
 )
 from mockllm.errors import ReplayFailure
-from mockllm.journal import Failures, Journal
+from mockllm.journal import CallRecord, Failures, Journal
 from mockllm.options import Headerless, RunSettings, ServeOptions
 from mockllm.scenario import Scenario, SessionScript
 from mockllm.wire.dialect import Dialect, Message, Request
@@ -73,6 +73,7 @@ class Run:
     divergences: dict[int, Divergence] = field(default_factory=dict)  # the first per script
     diverged_calls: int = 0
     _bound: dict[int, Binding] = field(default_factory=dict)
+    _pending: list[tuple[Turn, Request, CallRecord]] = field(default_factory=list)  # answered, not yet compared
     _conversations: ConversationIndex = field(default_factory=ConversationIndex)
 
     def __post_init__(self) -> None:
@@ -157,12 +158,21 @@ class Run:
         binding.cursor += 1
         return turn
 
-    def review(self, turn: Turn, request: Request) -> Divergence | None:
-        """Compare a request already answered with the recording of its call, and note how it differs."""
-        divergence = self._diverged(turn.script, turn.call, turn.live_id, request)
-        if divergence is not None:
-            self._note(turn.script, divergence)
-        return divergence
+    def review_later(self, turn: Turn, request: Request, record: CallRecord) -> bool:
+        """Queue an answered request for comparison with the recording; True when the queue was
+        empty (the caller then schedules `review_pending`). Reports drain the queue first, so
+        what they show never depends on when it ran."""
+        self._pending.append((turn, request, record))
+        return len(self._pending) == 1
+
+    def review_pending(self) -> None:
+        """Compare every queued request with the recording of its call, and note how each differs."""
+        pending, self._pending = self._pending, []
+        for turn, request, record in pending:
+            divergence = self._diverged(turn.script, turn.call, turn.live_id, request)
+            if divergence is not None:
+                self._note(turn.script, divergence)
+                record.diverged = divergence.what
 
     def _note(self, script: int, divergence: Divergence) -> None:
         self.divergences.setdefault(script, divergence)
@@ -186,29 +196,33 @@ class Run:
         if chosen is not None:
             return chosen, None
         # Sessions recorded with no model calls never call, so they take no place in first-call order.
-        unbound = [i for i, s in enumerate(sessions) if i not in self._bound and s.entries]
+        first = next((i for i, s in enumerate(sessions) if i not in self._bound and s.entries), None)
         divergence = None
-        if self.settings.bind == "content" and request is not None and unbound:
-            live = live_inputs(request.tail)
-            settings = self.settings
-            matching = (i for i in unbound if sessions[i].inputs and sessions[i].inputs[0]
-                        and compare_inputs(sessions[i].inputs[0] or (), live, masks=settings.masks,
-                                           cwd=settings.cwd) is None)
-            # Twins (equal first inputs) bind among themselves in script order: the first unbound one.
-            chosen = next(matching, None)
-            if chosen is None:
-                first = sessions[unbound[0]]
-                found = compare_inputs(first.inputs[0] or () if first.inputs else (), live, masks=settings.masks,
-                                       cwd=settings.cwd)
-                what, expected, got, diff = found or ("its first request", "", "", "")
-                divergence = Divergence("binding", first.file, live_id, 0,
-                                        f"{what} (no unbound session's first recorded call matches it; bound in "
-                                        "first-call order)", expected, got, diff)
-        if chosen is None and unbound:
-            chosen = unbound[0]
+        if self.settings.bind == "content" and request is not None and first is not None:
+            chosen, divergence = self._choose_by_content(live_id, request, first)
+        if chosen is None:
+            chosen = first
         if chosen is None:
             raise self.fail(ReplayFailure(404, "unrecorded_session", self._unrecorded(live_id, request), live_id, 0))
         return chosen, divergence
+
+    def _choose_by_content(self, live_id: str, request: Request, first: int) -> tuple[int | None, Divergence | None]:
+        """The first unbound script whose first recorded inputs match the request's (twins, with
+        equal first inputs, thus bind among themselves in script order); else no script, and the
+        divergence from `first`, the script first-call order binds instead."""
+        sessions, settings = self.scenario.sessions, self.settings
+        live = live_inputs(request.tail)
+        for i in range(first, len(sessions)):
+            recorded = sessions[i].inputs[0] if sessions[i].inputs else None
+            if (i not in self._bound and sessions[i].entries and recorded
+                    and first_mismatch(recorded, live, masks=settings.masks, cwd=settings.cwd) is None):
+                return i, None
+        recorded = (sessions[first].inputs[0] if sessions[first].inputs else None) or ()
+        what, expected, got, diff = compare_inputs(recorded, live, masks=settings.masks, cwd=settings.cwd) or (
+            "its first request", "", "", "")
+        return None, Divergence("binding", sessions[first].file, live_id, 0,
+                                f"{what} (no unbound session's first recorded call matches it; bound in "
+                                "first-call order)", expected, got, diff)
 
     def _unrecorded(self, live_id: str, request: Request | None) -> str:
         sessions = self.scenario.sessions
@@ -322,6 +336,7 @@ class Run:
 
     def report(self) -> dict[str, Any]:
         """The final report DELETE answers with."""
+        self.review_pending()
         return {
             "run": self.id, "scenario": self.scenario.name, "consumed": self.consumed,
             "failures": [f.as_dict() for f in self.failures.first],

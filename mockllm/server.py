@@ -24,7 +24,7 @@ from mockllm.entries import Entry, HangEntry
 from mockllm.errors import ReplayFailure, RequestError, TemplateError
 from mockllm.journal import CallRecord
 from mockllm.options import RUN_FIELDS, ServeOptions
-from mockllm.replay import Run, Runs, Turn
+from mockllm.replay import Run, Runs
 from mockllm.scenario import Suite
 from mockllm.wire import CHAT, DIALECTS
 from mockllm.wire.chat import models_body
@@ -42,6 +42,10 @@ SSE_HEADERS = {
     "X-Accel-Buffering": "no",
 }
 NO_RETRY = {"x-should-retry": "false"}
+# How long answered requests wait to be compared with the recording: long enough to batch them
+# behind the answers of a burst, short enough that a journal read soon after shows them (a
+# report drains the queue anyway).
+REVIEW_DELAY = 0.005
 
 
 def mock_error(status: int, code: str, message: str, headers: dict[str, str] | None = None,
@@ -131,7 +135,7 @@ class MockServer:
             live_id = run.live_session(self._session_header(headers), call, dialect)
         else:
             live_id = f"side route {call.model}"
-        record = run.journal.record(dialect.name, live_id, call.stream, headers, body)
+        record = run.journal.record(dialect.name, live_id, call.stream, request.raw_headers, body)
         try:
             return await self._serve_call(request, run, dialect, call, record, side)
         finally:
@@ -149,9 +153,9 @@ class MockServer:
                 turn = run.take(record.session, call, compare=run.checks_first)
                 if turn.divergence is not None:
                     record.diverged = turn.divergence.what
-                if not run.checks_first:
-                    # Compared once this handler next yields: after its answer is written, off the TTFB.
-                    asyncio.get_running_loop().call_soon(_review, run, turn, call, record)
+                # Not needed to answer: compared a little later, in a batch, off the client's wait.
+                if not run.checks_first and run.review_later(turn, call, record):
+                    asyncio.get_running_loop().call_later(REVIEW_DELAY, _review, run)
                 script, index, file = turn.script, turn.call, turn.session.file
             else:
                 index = run.take_side(side)
@@ -176,15 +180,16 @@ class MockServer:
         if reply.status != 200:
             # A replayed provider error: exactly as the provider sent it, so an SDK may retry as it did.
             return web.Response(status=reply.status, body=reply.body, content_type="application/json")
-        held = {"session": record.session, "script": file, "call": index}
         if not call.stream:
             if reply.hold_when_not_streaming:
-                await self._hold(run, held)  # returns only when the server shuts down
+                # Returns only when the server shuts down.
+                await self._hold(run, {"session": record.session, "script": file, "call": index})
                 return mock_error(503, "shutting_down", f"run {run.id}: mockllm is shutting down; "
                                   "the held call was released", dialect=dialect)
             record.status = reply.body_status
             return web.Response(status=reply.body_status, body=reply.body, content_type="application/json")
         if reply.ending == "hold":
+            held = {"session": record.session, "script": file, "call": index}
             return await self._stream_and_hold(request, run, reply, call.include_usage, entry, held)
         return await self._stream(request, reply, call.include_usage)
 
@@ -319,14 +324,11 @@ class MockServer:
         return web.json_response(run.report())
 
 
-def _review(run: Run, turn: Turn, request: Request, record: CallRecord) -> None:
+def _review(run: Run) -> None:
     try:
-        divergence = run.review(turn, request)
+        run.review_pending()
     except Exception:  # a comparison bug must not break the loop's callbacks
-        log.exception("comparing run %s session %s call %d failed", run.id, turn.live_id, turn.call + 1)
-        return
-    if divergence is not None:
-        record.diverged = divergence.what
+        log.exception("comparing run %s's requests with the recording failed", run.id)
 
 
 def _touch(cwd: str, ready_file: str) -> bool:

@@ -21,17 +21,17 @@ def _failure(code: str) -> ReplayFailure:
 def test_the_journal_keeps_the_last_calls_and_counts_the_rest() -> None:
     journal = Journal(limit=3)
     for number in range(5):
-        journal.record("chat", f"live-{number}", True, {"X-Note": "n", "Authorization": "k"}, b"{}")
+        journal.record("chat", f"live-{number}", True, ((b"X-Note", b"n"), (b"Authorization", b"k")), b"{}")
     assert [r.session for r in journal] == ["live-2", "live-3", "live-4"]
     assert (journal.total, journal.dropped) == (5, 2)
-    assert next(iter(journal)).headers == {"x-note": "n"}  # only the client's own x- headers, lowercased
+    assert next(iter(journal)).as_dict()["headers"] == {"x-note": "n"}  # only the client's x- headers, lowercased
 
 
 def test_a_long_body_is_cut_when_it_is_recorded() -> None:
-    record = Journal().record("chat", "s", False, {}, b"x" * (BODY_KEPT + 10))
+    record = Journal().record("chat", "s", False, (), b"x" * (BODY_KEPT + 10))
     assert len(record.body) == BODY_KEPT
     assert record.as_dict()["body_truncated"] is True
-    short = Journal().record("chat", "s", False, {}, b'{"a": 1}').as_dict()
+    short = Journal().record("chat", "s", False, (), b'{"a": 1}').as_dict()
     assert (short["body"], short["body_truncated"]) == ('{"a": 1}', False)
 
 
