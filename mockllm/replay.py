@@ -59,6 +59,8 @@ class Run:
     # What each held call is, for the report: live session, file, call, and its ready file if any.
     held: list[dict[str, Any]] = field(default_factory=list)
     side_calls: list[int] = field(default_factory=list)  # per side route: calls it was asked so far
+    # (file, call) -> how pacing served that call when it could not pace it as asked (mockllm.pacing).
+    pacing: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     _bound: dict[int, Binding] = field(default_factory=dict)
     _conversations: ConversationIndex = field(default_factory=ConversationIndex)
 
@@ -207,6 +209,7 @@ class Run:
             # Past the first FAILURES_KEPT, failures are only counted, per code.
             "failures_more": dict(self.failures.more), "sessions": self.sessions_report(),
             "side_routes": self.side_routes_report(), "held": list(self.held),
+            "pacing": list(self.pacing.values()),
         }
 
     def state(self) -> dict[str, Any]:
