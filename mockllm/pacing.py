@@ -11,7 +11,10 @@ Frames do not map 1:1 to chunks, so each frame carries its source (`Reply.source
 renderers): the chunk being walked when it was emitted. Envelope events sent before any chunk
 (Anthropic's `message_start`, Responses' `response.created`) go out at once, as a provider
 acknowledges a request before its model's first token; the usage frame and the closing go with
-the last chunk. Offsets count from when the handler starts to answer.
+the last chunk. Offsets count from when the handler starts to answer, and the schedule is absolute:
+an event sent late (a busy loop) does not push the later ones, so a stream takes its recorded time.
+Only streams are paced: a non-streaming answer, one body, is sent at once. A hang's prefix (or an
+aborted call's chunks) is paced, then the stream holds as it does unpaced.
 
 Recorded clocks are not always sane (a fixture stitched from several runs steps days back and
 forth), so the schedule is built from the gaps between consecutive chunks: a negative gap is 0 (the
