@@ -13,6 +13,7 @@ import msgspec
 
 from mockllm.entries import FROM_REQUEST, Entry
 from mockllm.scenario import Scenario
+from mockllm.script import Timing
 from mockllm.templates import CWD, resolve_entry
 from mockllm.wire.dialect import Dialect, Envelope, Request
 from mockllm.wire.reply import Reply
@@ -43,10 +44,17 @@ class Catalog:
         self._created = [int(s.created_at // 1000) for s in scenario.sessions] + [0] * len(scenario.side_routes)
         self._models = [self.model] * len(scenario.sessions) + [r.model for r in scenario.side_routes]
         self._placeholders = [[_scan(entry) for entry in entries] for entries in self._scripts]
+        # When each entry's chunks came, for --pace recorded; side routes keep none.
+        self._timings: list[list[Timing | None]] = [s.timings for s in scenario.sessions]
         self._rendered: dict[str, list[list[_Rendered | None]]] = {}
 
     def entry(self, script: int, call: int) -> Entry:
         return self._scripts[script][call]
+
+    def timing(self, script: int, call: int) -> Timing | None:
+        """When entry `call`'s chunks were recorded; None when they were not (projected, scripted, side route)."""
+        timings = self._timings[script] if script < len(self._timings) else []
+        return timings[call] if call < len(timings) else None
 
     def side_script(self, route: int) -> int:
         """The script index of side route `route`."""

@@ -72,6 +72,8 @@ class Run:
     default: bool = False  # a scenario's default run (/scenarios/{name}/v1): its errors say how to reset it
     divergences: dict[int, Divergence] = field(default_factory=dict)  # the first per script
     diverged_calls: int = 0
+    # (file, call) -> how pacing served that call when it could not pace it as asked (mockllm.pacing).
+    pacing: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     _bound: dict[int, Binding] = field(default_factory=dict)
     _pending: list[tuple[Turn, Request, CallRecord]] = field(default_factory=list)  # answered, not yet compared
     _conversations: ConversationIndex = field(default_factory=ConversationIndex)
@@ -345,6 +347,7 @@ class Run:
             "divergences": [d.as_dict() for _, d in sorted(self.divergences.items())],
             "diverged_calls": self.diverged_calls,
             "side_routes": self.side_routes_report(), "held": list(self.held),
+            "pacing": list(self.pacing.values()),
         }
 
     def state(self) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from mockllm.entries import Entry, HangEntry
 from mockllm.errors import ReplayFailure, RequestError, TemplateError
 from mockllm.journal import CallRecord
 from mockllm.options import RUN_FIELDS, ServeOptions
+from mockllm.pacing import Pacer, Schedule
 from mockllm.replay import Run, Runs
 from mockllm.scenario import Suite
 from mockllm.wire import CHAT, DIALECTS
@@ -68,6 +69,7 @@ class MockServer:
         self.session_headers = options.all_session_headers
         self.max_body = MAX_BODY  # the app's client_max_size too (create_app)
         self._held: set[asyncio.Future[None]] = set()  # streams held by a hang, released on shutdown
+        self.pacer = Pacer()  # paced streams' sleeps, woken on shutdown
 
     # -- resolving the run a request is for -------------------------------------------------
 
@@ -188,9 +190,13 @@ class MockServer:
                                   "the held call was released", dialect=dialect)
             record.status = reply.body_status
             return web.Response(status=reply.body_status, body=reply.body, content_type="application/json")
+        schedule = None if run.settings.pace == "burst" else self.pacer.plan(
+            run, reply, call.include_usage, catalog.timing(script, index), (script, index, file))
         if reply.ending == "hold":
             held = {"session": record.session, "script": file, "call": index}
-            return await self._stream_and_hold(request, run, reply, call.include_usage, entry, held)
+            return await self._stream_and_hold(request, run, reply, call.include_usage, entry, held, schedule)
+        if schedule is not None:
+            return await self._stream_paced(request, schedule)
         return await self._stream(request, reply, call.include_usage)
 
     async def _read_body(self, request: web.Request) -> bytes | None:
@@ -233,12 +239,24 @@ class MockServer:
         await response.write_eof()
         return response
 
+    async def _stream_paced(self, request: web.Request, schedule: Schedule) -> web.StreamResponse:
+        # The pacing writer sends each event when it is due (mockllm/pacing.py), whatever the dialect.
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        response.content_length = schedule.length
+        await response.prepare(request)
+        await self.pacer.write(response, schedule)
+        await response.write_eof()
+        return response
+
     async def _stream_and_hold(self, request: web.Request, run: Run, reply: Reply, include_usage: bool,
-                               entry: Entry, held: dict[str, Any]) -> web.StreamResponse:
-        """Stream a hang's prefix (or an aborted call's chunks), then hold until the client leaves."""
+                               entry: Entry, held: dict[str, Any], schedule: Schedule | None) -> web.StreamResponse:
+        """Stream a hang's prefix (or an aborted call's chunks), paced if asked, then hold until the client leaves."""
         response = web.StreamResponse(headers=SSE_HEADERS)
         await response.prepare(request)
-        await response.write(reply.stream_bytes(include_usage))
+        if schedule is None:
+            await response.write(reply.stream_bytes(include_usage))
+        else:
+            await self.pacer.write(response, schedule)
         if isinstance(entry, HangEntry) and entry.readyFile is not None:
             # A harness waits for this file before it cancels: written once the first delta is out.
             held["ready_file"] = entry.readyFile
@@ -249,6 +267,8 @@ class MockServer:
 
     async def _hold(self, run: Run, held: dict[str, Any]) -> None:
         """Stall until the client goes away (the handler is then cancelled) or the server shuts down."""
+        if self.pacer.closed:  # shutting down: a paced prefix that ended after release_held holds no more
+            return
         run.holding += 1
         run.held.append(held)
         future = asyncio.get_running_loop().create_future()
@@ -261,7 +281,9 @@ class MockServer:
             run.holding -= 1
 
     async def release_held(self, app: web.Application) -> None:
-        """On shutdown: end held streams now, instead of stalling shutdown for its whole grace period."""
+        """On shutdown: end held streams now, and send paced streams' rest at once, instead of stalling
+        shutdown for its whole grace period."""
+        self.pacer.close()
         for held in self._held:
             if not held.done():
                 held.set_result(None)

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """mockllm's benchmark: streaming throughput, loading, scale. Prints one table per target.
 
-    python3 scripts/bench.py            the full benchmark (about 2.5 minutes on 2 cores)
+    python3 scripts/bench.py            the full benchmark (about 3 minutes on 2 cores)
     python3 scripts/bench.py --quick    a tiny configuration (seconds): checks that it all works
     python3 scripts/bench.py --only stream,scale --rounds 1 ...   (see --help)
+    python3 scripts/bench.py --only pace    paced streams' lateness alone (scripts/bench_pace.py)
 
 Exit status: 0 every target passed, 1 some target failed, 2 the benchmark itself broke.
 Everything runs on 127.0.0.1; every process it starts is stopped before it exits.
@@ -45,6 +46,9 @@ interpreter each (scripts/bench_load.py). See those files for how each number is
    declines no more than the bare stack does where it declines; both raw changes are shown.
    The client's CPU busy and CPU per request are shown: it should stay well under the server's,
    so that the server (~100% busy) is the bottleneck.
+4. Pacing: scripts/bench_pace.py (its own process, against its own `mockllm serve`): 1, 100 and
+   1,000 paced streams open at once, fixed and recorded pace, lateness per event p50/p99/max
+   (see that file); `--quick` runs its quick configuration.
 """
 
 from __future__ import annotations
@@ -99,6 +103,7 @@ class Config:
     scale_passes: int
     phases: set[str]
     client_timeout: float
+    pace_args: list[str] = field(default_factory=list)  # scripts/bench_pace.py's arguments
     stream_clients: list[str] = field(default_factory=lambda: ["raw", "aiohttp"])
     json: Path | None = None
     keep: Path | None = None
@@ -116,14 +121,26 @@ class Server:
 
 FULL = dict(events=[100_000, 1_000_000], load_repeats=5, ttfb_requests=1000, burst_requests=8192, concurrency=32,
             rounds=5, levels=[1, 10, 100, 1000], scale_runs=100, scale_seconds=1.0, scale_passes=5,
-            client_timeout=180.0)
+            client_timeout=180.0, pace_args=[])
 QUICK = dict(events=[5_000, 20_000], load_repeats=1, ttfb_requests=40, burst_requests=256, concurrency=32,
              rounds=1, levels=[1, 10, 100], scale_runs=100, scale_seconds=0.4, scale_passes=1,
-             client_timeout=60.0)
+             client_timeout=60.0, pace_args=["--quick"])
 
 
 # ---------------------------------------------------------------------------------------------
 # Targets and tables
+
+
+@dataclass
+class Printed:
+    """A table another script rendered (scripts/bench_pace.py), printed as it is."""
+
+    title: str
+    text: str
+    failed: bool
+
+    def render(self) -> str:
+        return self.text
 
 
 @dataclass
@@ -326,7 +343,7 @@ class Bench:
         self.workdir = workdir
         self.procs = Processes()
         self.results: dict[str, Any] = {}
-        self.tables: list[Table] = []
+        self.tables: list[Table | Printed] = []
         self.suite_dir = workdir / "stream-suite"
 
     def start_mockllm(self, label: str) -> Server:
@@ -538,6 +555,21 @@ class Bench:
         self.tables += [data, targets]
         self.errors("loading", [m for r in rows for m in r["mismatches"]])
 
+    # -- 4. pacing ------------------------------------------------------------------------------
+
+    def pacing(self) -> None:
+        out = self.workdir / "pace.json"
+        done = subprocess.run([sys.executable, str(HERE / "bench_pace.py"), *self.config.pace_args, "--json", str(out)],
+                              capture_output=True, timeout=600, env=child_env(), cwd=ROOT, stdin=subprocess.DEVNULL,
+                              check=False)
+        if done.returncode not in (0, 1) or not out.is_file():
+            stderr = done.stderr.decode(errors="replace")[-3000:]
+            raise RuntimeError(f"bench_pace.py exited {done.returncode}:\n{stderr}")
+        report = json.loads(out.read_text())
+        self.results["pacing"] = report["results"]
+        self.tables.append(Printed(report["table"].splitlines()[0].strip("= "), report["table"], report["failed"]))
+        self.errors("pacing", [e for r in report["results"] for e in r["errors"]])
+
     def probe(self, mode: str, suite: Path) -> dict[str, Any]:
         return run_json([sys.executable, str(HERE / "bench_load.py"), mode, str(suite)], timeout=300)
 
@@ -556,6 +588,8 @@ class Bench:
                 self.loading()
             if "scale" in phases:
                 self.scale()
+            if "pace" in phases:
+                self.pacing()
         finally:
             self.procs.stop_all()
 
@@ -631,7 +665,7 @@ def parse_args(argv: list[str]) -> Config:
     parser.add_argument("--scale-runs", type=int)
     parser.add_argument("--scale-seconds", type=float)
     parser.add_argument("--scale-passes", type=int)
-    parser.add_argument("--only", default="stream,load,scale", help="phases to run: stream,load,scale")
+    parser.add_argument("--only", default="stream,load,scale,pace", help="phases to run: stream,load,scale,pace")
     parser.add_argument("--stream-clients", default="raw,aiohttp",
                         help="load clients for the streaming phase, each its own table: raw,aiohttp")
     parser.add_argument("--json", type=Path, help="also write every measurement here as JSON")
@@ -643,8 +677,9 @@ def parse_args(argv: list[str]) -> Config:
         if getattr(args, key) is not None:
             base[key] = getattr(args, key)
     phases = {p.strip() for p in args.only.split(",") if p.strip()}
-    if not phases <= {"stream", "load", "scale"}:
-        parser.error(f"--only: unknown phase(s) {sorted(phases - {'stream', 'load', 'scale'})}")
+    known = {"stream", "load", "scale", "pace"}
+    if not phases <= known:
+        parser.error(f"--only: unknown phase(s) {sorted(phases - known)}")
     clients = [c.strip() for c in args.stream_clients.split(",") if c.strip()]
     if not clients or not set(clients) <= set(CLIENTS):
         parser.error(f"--stream-clients: expected some of {', '.join(CLIENTS)}")

@@ -40,7 +40,7 @@ def test_quick_benchmark_runs_and_prints_every_table(tmp_path: Path) -> None:
     assert done.returncode in (0, 1), done.stdout + done.stderr
     text = done.stdout
     for title in ("== 1. Streaming", "== 2. Loading:", "== 2. Loading targets ==", "== 3. Scale:",
-                  "== 3. Scale targets =="):
+                  "== 3. Scale targets ==", "== 4. Pacing:"):
         assert title in text, text
     for metric in ("burst requests/s", "TTFB p50 (ms)", "server CPU/request (us)", "load time / decode-only time",
                    "load peak RSS / bytes on disk", "linear: load time per event", "server RSS bounded"):
@@ -65,6 +65,9 @@ def test_quick_benchmark_runs_and_prints_every_table(tmp_path: Path) -> None:
         assert [(level["pass"], level["concurrency"]) for level in scale["levels"]] == [(0, 1), (0, 10), (0, 100)]
     for size in results["loading"]:
         assert size["mismatches"] == [], size["mismatches"]
+    assert {(r["mode"], r["streams"]) for r in results["pacing"]} == {
+        (mode, streams) for mode in ("fixed", "recorded", "burst") for streams in (1, 20)}
+    assert all(r["verified"] == r["streams"] for r in results["pacing"]), results["pacing"]
     assert all(size["events"] >= wanted for size, wanted in zip(results["loading"], (5_000, 20_000), strict=True))
 
 
@@ -308,3 +311,43 @@ def test_the_journal_bench_runs_and_its_storm_is_answered(tmp_path: Path) -> Non
     assert result["served_ok"] == result["exhausted_ok"] == 300
     assert result["failures_kept"] == 100 and result["failures_counted"] == {"script_exhausted": 200}
     assert "retry storm" in done.stdout
+
+
+def test_the_pace_bench_measures_every_event_of_every_stream(tmp_path: Path) -> None:
+    out = tmp_path / "pace.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPTS / "bench_pace.py"), "--quick", "--levels", "1,30", "--json", str(out)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    assert "== 4. Pacing:" in done.stdout and "lateness p50 (ms)" in done.stdout
+    results = json.loads(out.read_text())["results"]
+    for r in results:
+        assert r["verified"] == r["streams"], r["errors"]
+        assert r["late_p99_ms"] == r["late_p99_ms"]  # measured (not nan)
+        # Each stream's span is its schedule's (pacing happened), or ~0 for the unpaced reference.
+        assert r["span_p50_ms"] >= r["span_intended_ms"] - 5
+        if r["mode"] == "burst":
+            assert r["span_p50_ms"] < 20
+
+
+def test_the_pace_bench_expects_the_schedule_mockllm_serves(tmp_path: Path) -> None:
+    """The bench's intended offsets are those mockllm's pacing computes for the scenario it writes."""
+    import bench_pace
+
+    from mockllm.catalog import Catalog
+    from mockllm.pacing import chunk_offsets, frame_offsets
+    from mockllm.scenario import load_scenario
+    from mockllm.wire import CHAT
+
+    config = bench_pace.parse_args(["--quick"])
+    bench_pace.write_scenario(tmp_path / "paced", config)
+    scenario = load_scenario(tmp_path / "paced")
+    reply = Catalog(scenario).reply(CHAT, 0, 3, None, None)
+    events, sources = reply.paced_events(include_usage=True)
+    assert len(events) == config.events
+    timing = scenario.sessions[0].timings[3]
+    assert timing is not None
+    chunks, jumps = chunk_offsets(timing)
+    assert jumps == 0
+    assert frame_offsets(sources, chunks) == bench_pace.intended("recorded", config)

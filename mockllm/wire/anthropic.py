@@ -66,7 +66,7 @@ from mockllm.entries import HANG_CHUNKS, ChunksEntry, Entry, HangEntry, ThrowEnt
 from mockllm.errors import RequestError
 from mockllm.wire.anthropic_stream import AnthropicStreamDecoder
 from mockllm.wire.dialect import NO_TOOLS, Dialect, Envelope, Message, Request, StreamDecoder, ToolCall, tool_names
-from mockllm.wire.reply import Reply
+from mockllm.wire.reply import Frames, Reply
 from mockllm.wire.sse import named_event
 
 _encode = msgspec.json.encode
@@ -266,7 +266,8 @@ def render_entry(entry: Entry, envelope: Envelope) -> Reply:
     """Answer for one script entry (templates must already be resolved)."""
     if isinstance(entry, HangEntry):
         hang = _Message(envelope, list(HANG_CHUNKS))
-        return Reply(200, tuple(hang.frames), None, "hold", (), b"", hold_when_not_streaming=True)
+        return Reply(200, tuple(hang.frames), None, "hold", (), b"", hold_when_not_streaming=True,
+                     sources=hang.sources)
     if isinstance(entry, ThrowEntry):
         return _render_throw_after(entry, envelope) if entry.chunks else _render_throw(entry)
     return _render_chunks(entry, envelope)
@@ -279,9 +280,11 @@ def _render_chunks(entry: ChunksEntry, envelope: Envelope) -> Reply:
         body = provider_error(context_window_message(finish.reason.error_message), 400)
         return Reply(400, (), None, "done", (), body, body_status=400)
     if finish is not None and finish.reason.kind == "aborted":
-        return Reply(200, tuple(message.frames), None, "hold", (), b"", hold_when_not_streaming=True)
+        return Reply(200, tuple(message.frames), None, "hold", (), b"", hold_when_not_streaming=True,
+                     sources=message.sources)
     message.end()
-    return Reply(200, tuple(message.frames), None, "done", (MESSAGE_STOP,), _encode(message.body()))
+    return Reply(200, tuple(message.frames), None, "done", (MESSAGE_STOP,), _encode(message.body()),
+                 sources=message.sources)
 
 
 def _render_throw(entry: ThrowEntry) -> Reply:
@@ -292,10 +295,12 @@ def _render_throw(entry: ThrowEntry) -> Reply:
 def _render_throw_after(entry: ThrowEntry, envelope: Envelope) -> Reply:
     status = throw_status(entry.code, entry.status)
     body = provider_error(entry.message, status)
-    frames = tuple(_Message(envelope, entry.chunks).frames)
+    message = _Message(envelope, entry.chunks)
+    frames, sources = tuple(message.frames), message.sources
     if entry.code == "STREAM_CLOSED":
-        return Reply(200, frames, None, "cut", (), body, body_status=status)
-    return Reply(200, frames, None, "error", (named_event("error", body),), body, body_status=status)
+        return Reply(200, frames, None, "cut", (), body, body_status=status, sources=sources)
+    return Reply(200, frames, None, "error", (named_event("error", body),), body, body_status=status,
+                 sources=sources)
 
 
 _WIRE_TYPES = {"text": "text", "reasoning": "thinking", "tool-call": "tool_use"}
@@ -352,7 +357,7 @@ class _Message:
         start: dict[str, Any] = {"id": envelope.reply_id, "type": "message", "role": "assistant",
                                  "model": envelope.model, "content": [], "stop_reason": None, "stop_sequence": None,
                                  "usage": usage_object(self.usage)}
-        self.frames: list[bytes] = []
+        self.frames = Frames()  # message_start comes before any chunk: it goes out at once when paced
         self._event("message_start", {"type": "message_start", "message": start})
         self._walk(chunks)
 
@@ -366,7 +371,8 @@ class _Message:
         for index, call_id, name in calls:
             old_id, old_name = identity.get(index, (None, None))
             identity[index] = (old_id or call_id, old_name or name)
-        for chunk in chunks:
+        for position, chunk in enumerate(chunks):
+            self.frames.chunk = position  # end()'s frames keep the last chunk: they go out with it
             if isinstance(chunk, TextDelta | ReasoningDelta):
                 self._delta(chunk.index, _DELTA_KINDS[type(chunk)], chunk.text)
             elif isinstance(chunk, ToolCallDelta):
@@ -379,6 +385,10 @@ class _Message:
                     self._whole_block(chunk.index, ended[chunk.index])
             elif isinstance(chunk, BlockEnd):
                 self._stop(chunk.index)
+
+    @property
+    def sources(self) -> tuple[int, ...]:
+        return tuple(self.frames.sources)
 
     def _whole_block(self, index: int, block: Block) -> None:
         if block.type in ("text", "reasoning"):

@@ -28,7 +28,7 @@ from mockllm.entries import HANG_CHUNKS, ChunksEntry, Entry, HangEntry, ThrowEnt
 from mockllm.errors import RequestError
 from mockllm.wire.chat_stream import ChatStreamDecoder
 from mockllm.wire.dialect import NO_TOOLS, Dialect, Envelope, Message, Request, StreamDecoder, ToolCall, tool_names
-from mockllm.wire.reply import Reply
+from mockllm.wire.reply import Frames, Reply
 from mockllm.wire.sse import data_event
 
 DONE = data_event(b"[DONE]")
@@ -184,7 +184,8 @@ def render_entry(entry: Entry, envelope: Envelope) -> Reply:
     """Answer for one script entry (templates must already be resolved)."""
     if isinstance(entry, HangEntry):
         stream = _Stream(envelope, list(HANG_CHUNKS))
-        return Reply(200, tuple(stream.frames), None, "hold", (), b"", hold_when_not_streaming=True)
+        return Reply(200, tuple(stream.frames), None, "hold", (), b"", hold_when_not_streaming=True,
+                     sources=stream.sources)
     if isinstance(entry, ThrowEntry):
         return _render_throw(entry, envelope)
     return _render_chunks(entry, envelope)
@@ -199,7 +200,7 @@ def _render_chunks(entry: ChunksEntry, envelope: Envelope) -> Reply:
     hold = finish is not None and finish.reason.kind == "aborted"
     return Reply(
         200, tuple(stream.frames), stream.usage_frame(), "hold" if hold else "done", (DONE,),
-        _encode(stream.completion()), hold_when_not_streaming=hold,
+        _encode(stream.completion()), hold_when_not_streaming=hold, sources=stream.sources,
     )
 
 
@@ -210,8 +211,9 @@ def _render_throw(entry: ThrowEntry, envelope: Envelope) -> Reply:
         return Reply(status, (), None, "error", (), body, body_status=status)
     stream = _Stream(envelope, entry.chunks)
     if entry.code == "STREAM_CLOSED":
-        return Reply(200, tuple(stream.frames), None, "cut", (), body, body_status=status)
-    return Reply(200, tuple(stream.frames), None, "error", (data_event(body),), body, body_status=status)
+        return Reply(200, tuple(stream.frames), None, "cut", (), body, body_status=status, sources=stream.sources)
+    return Reply(200, tuple(stream.frames), None, "error", (data_event(body),), body, body_status=status,
+                 sources=stream.sources)
 
 
 def finish_reason(finish: FinishChunk) -> str:
@@ -239,7 +241,7 @@ class _Stream:
             + _encode(envelope.created) + b',"model":' + _encode(envelope.model) + b","
         )
         self._envelope = envelope
-        self.frames: list[bytes] = []
+        self.frames = Frames()
         self.finish: FinishChunk | None = None
         self.usage: TokenUsage | None = None
         self._role_sent = False
@@ -251,7 +253,8 @@ class _Stream:
     def _walk(self, chunks: list[StreamChunk]) -> None:
         ended: dict[int, Block] = {c.index: c.block for c in chunks if isinstance(c, BlockEnd)}
         with_deltas = {c.index for c in chunks if isinstance(c, TextDelta | ReasoningDelta | ToolCallDelta)}
-        for chunk in chunks:
+        for position, chunk in enumerate(chunks):
+            self.frames.chunk = position
             if isinstance(chunk, TextDelta):
                 self._text(chunk.text)
             elif isinstance(chunk, ReasoningDelta):
@@ -267,6 +270,10 @@ class _Stream:
             elif isinstance(chunk, FinishChunk):
                 self.finish = chunk
                 self._emit({}, finish_reason(chunk))
+
+    @property
+    def sources(self) -> tuple[int, ...]:
+        return tuple(self.frames.sources)
 
     def _whole_block(self, index: int, block: Block) -> None:
         if block.type == "text":

@@ -56,7 +56,7 @@ from mockllm.entries import HANG_CHUNKS, ChunksEntry, Entry, HangEntry, ThrowEnt
 from mockllm.errors import RequestError
 from mockllm.wire.chat import error_body, error_type, text_of
 from mockllm.wire.dialect import NO_TOOLS, Dialect, Envelope, Message, Request, StreamDecoder, ToolCall, tool_names
-from mockllm.wire.reply import Reply
+from mockllm.wire.reply import Frames, Reply
 from mockllm.wire.responses_stream import ResponsesStreamDecoder
 from mockllm.wire.sse import named_event
 
@@ -177,7 +177,8 @@ def render_entry(entry: Entry, envelope: Envelope) -> Reply:
     """Answer for one script entry (templates must already be resolved)."""
     if isinstance(entry, HangEntry):
         stream = _Stream(envelope, list(HANG_CHUNKS))
-        return Reply(200, tuple(stream.frames), None, "hold", (), b"", hold_when_not_streaming=True)
+        return Reply(200, tuple(stream.frames), None, "hold", (), b"", hold_when_not_streaming=True,
+                     sources=stream.sources)
     if isinstance(entry, ThrowEntry):
         return _render_throw(entry, envelope)
     return _render_chunks(entry, envelope)
@@ -190,9 +191,10 @@ def _render_chunks(entry: ChunksEntry, envelope: Envelope) -> Reply:
         message = reason.error_message or "context window exceeded"
         return Reply(400, (), None, "done", (), error_body(message, "context_length_exceeded", 400), body_status=400)
     if reason is not None and reason.kind == "aborted":  # the client cancelled: hold, as a hang does
-        return Reply(200, tuple(stream.frames), None, "hold", (), b"", hold_when_not_streaming=True)
+        return Reply(200, tuple(stream.frames), None, "hold", (), b"", hold_when_not_streaming=True,
+                     sources=stream.sources)
     body = stream.end()
-    return Reply(200, tuple(stream.frames), None, "done", (), _encode(body))
+    return Reply(200, tuple(stream.frames), None, "done", (), _encode(body), sources=stream.sources)
 
 
 def _render_throw(entry: ThrowEntry, envelope: Envelope) -> Reply:
@@ -202,11 +204,11 @@ def _render_throw(entry: ThrowEntry, envelope: Envelope) -> Reply:
         return Reply(status, (), None, "error", (), body, body_status=status)
     stream = _Stream(envelope, entry.chunks)
     if entry.code == "STREAM_CLOSED":
-        return Reply(200, tuple(stream.frames), None, "cut", (), body, body_status=status)
-    frames = tuple(stream.frames)
+        return Reply(200, tuple(stream.frames), None, "cut", (), body, body_status=status, sources=stream.sources)
+    frames, sources = tuple(stream.frames), stream.sources  # before the error event, which is the closing
     error = {"type": error_type(status), "code": entry.code, "message": entry.message, "param": None}
     closing = stream.event("error", code=entry.code, message=entry.message, param=None, error=error)
-    return Reply(200, frames, None, "error", (closing,), body, body_status=status)
+    return Reply(200, frames, None, "error", (closing,), body, body_status=status, sources=sources)
 
 
 def _status(finish: FinishChunk | None) -> tuple[str, dict[str, Any]]:
@@ -263,7 +265,7 @@ class _Stream:
     def __init__(self, envelope: Envelope, chunks: list[StreamChunk]) -> None:
         self._envelope = envelope
         self._item_suffix = envelope.reply_id.removeprefix("resp_")  # item ids unique across replies
-        self.frames: list[bytes] = []
+        self.frames = Frames()  # response.created and .in_progress come before any chunk: sent at once when paced
         self._sequence = 0
         self.items: dict[int, _Item] = {}  # block index -> item, in output order
         self.finish: FinishChunk | None = None
@@ -278,6 +280,10 @@ class _Stream:
         self._sequence += 1
         self.frames.append(frame)
         return frame
+
+    @property
+    def sources(self) -> tuple[int, ...]:
+        return tuple(self.frames.sources)
 
     def _response(self, status: str, output: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
         envelope = self._envelope
@@ -301,6 +307,7 @@ class _Stream:
         self._identity = identity
         self._last_delta = last_delta
         for position, chunk in enumerate(chunks):
+            self.frames.chunk = position  # end()'s frames keep the last chunk: they go out with it
             if isinstance(chunk, BlockStart):
                 if chunk.blockType in _ITEM_PREFIX:
                     item = self._item(chunk.index, chunk.blockType, position)
