@@ -1,20 +1,55 @@
 """mockllm: replay recorded LLM agent session trees over OpenAI-compatible SSE, offline."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from mockllm.errors import MockllmError, NotAScenarioError, RecordingError, ScenarioError
 from mockllm.header import InheritedEventCount, SessionHeader, encode_header, parse_header
 from mockllm.recording import Event, SessionLog, read_log
 from mockllm.scenario import Scenario, SessionScript, Suite, load_scenario, load_suite
 
+if TYPE_CHECKING:
+    from mockllm.api import AdminError, AsyncRun, AsyncServer, Run, Server, ServerStartError
+    from mockllm.run_report import Failure, RunNotClean, RunReport, SessionReport
+
+# The server API pulls in aiohttp and the whole server; `mockllm inspect` and the pure layers
+# need neither, so these names are imported on first use.
+_LAZY = {
+    "AdminError": "mockllm.api", "AsyncRun": "mockllm.api", "AsyncServer": "mockllm.api", "Run": "mockllm.api",
+    "Server": "mockllm.api", "ServerStartError": "mockllm.api", "Failure": "mockllm.run_report",
+    "RunNotClean": "mockllm.run_report", "RunReport": "mockllm.run_report", "SessionReport": "mockllm.run_report",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'mockllm' has no attribute {name!r}")
+
+
 __all__ = [
+    "AdminError",
+    "AsyncRun",
+    "AsyncServer",
     "Event",
+    "Failure",
     "InheritedEventCount",
     "MockllmError",
     "NotAScenarioError",
     "RecordingError",
+    "Run",
+    "RunNotClean",
+    "RunReport",
     "Scenario",
     "ScenarioError",
+    "Server",
+    "ServerStartError",
     "SessionHeader",
     "SessionLog",
+    "SessionReport",
     "SessionScript",
     "Suite",
     "encode_header",

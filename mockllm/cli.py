@@ -9,15 +9,15 @@ from pathlib import Path
 
 from mockllm.options import add_arguments, from_arguments
 
-BUNDLED_RECORDINGS = Path(__file__).resolve().parent.parent / "recordings"
-
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mockllm", description=__doc__)
     verbs = parser.add_subparsers(dest="verb", required=True)
 
     serve = verbs.add_parser("serve", help="serve a scenario or suite over OpenAI-compatible SSE")
-    serve.add_argument("path", nargs="?", type=Path, help="scenario or suite folder (default: bundled recordings/)")
+    serve.add_argument("path", nargs="?", type=Path,
+                       help="scenario or suite folder (default: the DSH_SNAPSHOT_* tree if DSH_SNAPSHOT_FILE is "
+                            "set, else the bundled recordings/)")
     add_arguments(serve)
 
     inspect = verbs.add_parser("inspect", help="print a session tree: sessions, kinds, cuts, calls")
@@ -48,9 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.verb == "serve":
         from mockllm.serve import serve_forever
 
-        return serve_forever(args.path or BUNDLED_RECORDINGS, from_arguments(args))
+        return serve_forever(args.path, from_arguments(args))
     if args.verb == "record":
-        from mockllm.recorder import RecordOptions, record_forever
+        from mockllm.record import RecordOptions, record_forever
 
         return record_forever(RecordOptions(args.upstream, args.out, pack=args.pack, redact=tuple(args.redact),
                                             host=args.host, port=args.port, log_level=args.log_level))

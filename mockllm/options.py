@@ -77,15 +77,33 @@ class ServeOptions:
         return dataclasses.replace(self, **changes)
 
 
-def _flag(f: dataclasses.Field[Any]) -> str:
-    return f.metadata["flag"] or "--" + f.name.replace("_", "-")
+# An in-process server (the Python API, the pytest plugin) picks a free port unless given one.
+IN_PROCESS_DEFAULTS: dict[str, Any] = {"port": 0}
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add one flag per ServeOptions field to `parser`."""
+def in_process(**changes: Any) -> ServeOptions:
+    """The options of an in-process server: ServeOptions field names as keywords, a free port by default.
+
+    An unknown name is a TypeError listing the known ones.
+    """
+    unknown = sorted(set(changes) - set(names()))
+    if unknown:
+        raise TypeError(f"unknown serve option(s) {', '.join(unknown)}; known: {', '.join(names())}")
+    return ServeOptions(**{**IN_PROCESS_DEFAULTS, **changes})
+
+
+def names() -> tuple[str, ...]:
+    """Every option's field name, in declaration order."""
+    return tuple(f.name for f in dataclasses.fields(ServeOptions))
+
+
+def argument_specs(prefix: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """(flag, argparse keyword arguments) per field; `prefix` goes after the dashes and before the
+    `dest` (`--mockllm-port`, dest `mockllm_port`), for a host such as pytest that shares one parser."""
+    specs = []
     for f in dataclasses.fields(ServeOptions):
         meta = f.metadata
-        kwargs: dict[str, Any] = {"dest": f.name, "help": meta["help"]}
+        kwargs: dict[str, Any] = {"dest": prefix.replace("-", "_") + f.name, "help": meta["help"]}
         if meta["metavar"]:
             kwargs["metavar"] = meta["metavar"]
         if meta["choices"]:
@@ -96,10 +114,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             kwargs.update(action="append", default=[])
         else:
             kwargs["default"] = f.default
-        parser.add_argument(_flag(f), **kwargs)
+        specs.append(("--" + prefix + _flag(f).removeprefix("--"), kwargs))
+    return specs
+
+
+def _flag(f: dataclasses.Field[Any]) -> str:
+    return f.metadata["flag"] or "--" + f.name.replace("_", "-")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one flag per ServeOptions field to `parser`."""
+    for flag, kwargs in argument_specs():
+        parser.add_argument(flag, **kwargs)
 
 
 def from_arguments(args: argparse.Namespace | Mapping[str, Any]) -> ServeOptions:
     """The options a parsed command line (from a parser given `add_arguments`) asks for."""
     values = vars(args) if isinstance(args, argparse.Namespace) else args
-    return ServeOptions(**{f.name: values[f.name] for f in dataclasses.fields(ServeOptions) if f.name in values})
+    return ServeOptions(**{name: values[name] for name in names() if name in values})

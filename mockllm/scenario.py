@@ -94,6 +94,19 @@ def load_scenario(path: Path, *, keep_logs: bool = False, side_routes: Sequence[
     """
     if not path.is_dir() or not is_scenario(path):
         raise NotAScenarioError(f"{path}: not a scenario (no {PRIMARY_FILE} and no {SIDECAR_FILE})")
+    files = session_files(path)
+    primary = path / PRIMARY_FILE if (path / PRIMARY_FILE).is_file() else None
+    sidecar = path / SIDECAR_FILE if (path / SIDECAR_FILE).is_file() else None
+    return build_scenario(path.name, path, primary, files[1:] if primary else files, sidecar, keep_logs=keep_logs,
+                          side_routes=side_routes)
+
+
+def build_scenario(name: str, path: Path, primary: Path | None, children: Sequence[Path], sidecar_file: Path | None,
+                   *, keep_logs: bool = False, side_routes: Sequence[SideRouteSpec] = ()) -> Scenario:
+    """A scenario from explicit files (a folder's, or dsh's DSH_SNAPSHOT_* list); children in any
+    order, ordered here as script order wants. A file outside `path` is named by its whole path.
+    Side routes are those `path`'s `mockllm.json` declares, then `side_routes`.
+    Raises ScenarioError listing every broken file."""
     problems: list[RecordingError] = []
     routes: list[SideRoute] = []
     try:
@@ -108,37 +121,42 @@ def load_scenario(path: Path, *, keep_logs: bool = False, side_routes: Sequence[
             problems.append(exc)
     sidecar: Sidecar | None = None
     # A sidecar named as a side route's script is that route's, not the primary's.
-    if (path / SIDECAR_FILE).is_file() and all(r.path.resolve() != (path / SIDECAR_FILE).resolve() for r in routes):
+    if sidecar_file is not None and all(r.path.resolve() != sidecar_file.resolve() for r in routes):
         try:
-            sidecar = read_sidecar(path / SIDECAR_FILE)
+            sidecar = read_sidecar(sidecar_file)
         except RecordingError as exc:
             problems.append(exc)
 
     sessions: list[SessionScript] = []
-    for file in session_files(path):
+    for file in ([primary] if primary is not None else []) + list(children):
+        is_primary = file is primary
         try:
-            sessions.append(_session_script(file, sidecar if file.name == PRIMARY_FILE else None, keep_logs))
+            session = _session_script(file, sidecar if is_primary else None, keep_logs, primary=is_primary)
         except RecordingError as exc:
             problems.append(exc)
-    if sidecar is not None and not (path / PRIMARY_FILE).is_file():
+            continue
+        if file.parent != path:
+            session.file = str(file)
+        sessions.append(session)
+    if sidecar is not None and primary is None:
         try:
             sessions.insert(0, _override_only_primary(path, sidecar))
         except RecordingError as exc:
             problems.append(exc)
     if problems:
-        raise ScenarioError(path.name, problems)
+        raise ScenarioError(name, problems)
 
     if not sessions:
-        raise ScenarioError(path.name, [RecordingError(path / SIDECAR_FILE, None, "the only sidecar is a side "
-                                                       f"route's script: the scenario needs a {PRIMARY_FILE}")])
+        raise ScenarioError(name, [RecordingError(path / SIDECAR_FILE, None, "the only sidecar is a side "
+                                                  f"route's script: the scenario needs a {PRIMARY_FILE}")])
     models = [r.model for r in routes]
     if len(set(models)) != len(models):
         twice = sorted({m for m in models if models.count(m) > 1})
-        raise ScenarioError(path.name, [RecordingError(path / MANIFEST_FILE, None,
-                                                       f"side route model(s) declared twice: {', '.join(twice)}")])
-    primary, children = sessions[0], sessions[1:]
-    children.sort(key=lambda s: (s.created_at, s.id))
-    return Scenario(path.name, path, [primary, *children], routes)
+        raise ScenarioError(name, [RecordingError(path / MANIFEST_FILE, None,
+                                                  f"side route model(s) declared twice: {', '.join(twice)}")])
+    first, rest = sessions[0], sessions[1:]
+    rest.sort(key=lambda s: (s.created_at, s.id))
+    return Scenario(name, path, [first, *rest], routes)
 
 
 def load_suite(path: Path, *, keep_logs: bool = False, side_routes: Sequence[SideRouteSpec] = ()) -> Suite:
@@ -160,9 +178,9 @@ def load_suite(path: Path, *, keep_logs: bool = False, side_routes: Sequence[Sid
     return suite
 
 
-def _session_script(file: Path, sidecar: Sidecar | None, keep_logs: bool) -> SessionScript:
+def _session_script(file: Path, sidecar: Sidecar | None, keep_logs: bool, *, primary: bool) -> SessionScript:
     log = read_log(file)
-    script = derive_script(log, sidecar, primary=file.name == PRIMARY_FILE)
+    script = derive_script(log, sidecar, primary=primary)
     header = log.header
     return SessionScript(
         id=header.id, file=file.name, parent=header.parent_session, kind=script.kind, cut=header.cut,

@@ -1,10 +1,15 @@
-"""Running the server: in-process (tests, benchmarks) or as `mockllm serve` until interrupted."""
+"""Running the server: in-process (tests, benchmarks) or as `mockllm serve` until interrupted.
+
+What a server serves when no folder is named is decided here too (`load_source`), so the CLI,
+the Python API and the pytest plugin agree on it.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import gc
+import importlib.resources
 import logging
 import signal
 import sys
@@ -14,6 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
+from mockllm import dshenv
 from mockllm.errors import MockllmError
 from mockllm.options import ServeOptions
 from mockllm.scenario import Suite, load_suite
@@ -53,29 +59,55 @@ async def start_server(suite: Suite, options: ServeOptions | None = None, **chan
     runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
-    await site.start()
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()  # a failed bind must not leave the app half set up
+        raise
     sockets = runner.addresses
     bound_port = sockets[0][1] if sockets else port
     return RunningServer(runner, host, bound_port)
 
 
-def load_for(path: Path, options: ServeOptions) -> Suite:
-    """Load the suite at `path` as `options` ask (side routes named on the command line)."""
-    return load_suite(path, side_routes=options.side_route_specs)
+def bundled_recordings() -> Path:
+    """The recordings shipped with mockllm.
+
+    Installed, they are package data (`mockllm/recordings`, see pyproject.toml); in a source
+    checkout (an editable install) they are the project's top-level `recordings/` folder.
+    """
+    shipped = importlib.resources.files("mockllm") / "recordings"
+    if isinstance(shipped, Path) and shipped.is_dir():
+        return shipped
+    return Path(__file__).resolve().parent.parent / "recordings"
 
 
-def serve_forever(path: Path, options: ServeOptions) -> int:
-    """`mockllm serve`: load, print what is served, serve until SIGINT/SIGTERM."""
+def load_source(path: Path | None = None, options: ServeOptions | None = None) -> Suite:
+    """Load what a server serves: `path` (a scenario or a suite); with none, the tree dsh's
+    `DSH_SNAPSHOT_*` variables name when `DSH_SNAPSHOT_FILE` is set, else the bundled recordings.
+    Side routes named in `options` (`--side-route`) are added to every scenario.
+
+    Raises a MockllmError saying what is wrong (with the folder, or with which variable's file).
+    """
+    side_routes = options.side_route_specs if options is not None else []
+    if path is not None:
+        return load_suite(path, side_routes=side_routes)
+    if dshenv.requested():
+        return dshenv.load_dsh_env(side_routes=side_routes)
+    return load_suite(bundled_recordings(), side_routes=side_routes)
+
+
+def serve_forever(path: Path | None, options: ServeOptions) -> int:
+    """`mockllm serve`: load (see `load_source`), print what is served, serve until SIGINT/SIGTERM."""
     logging.basicConfig(level=options.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        suite = load_for(path, options)
+        suite = load_source(path, options)
     except MockllmError as exc:
         print(f"mockllm: {exc}", file=sys.stderr)
         return 2
     for name, error in suite.broken.items():
         print(f"mockllm: scenario {name} is broken and will not be served:\n{error}", file=sys.stderr)
     for name in suite.skipped:
-        print(f"mockllm: skipped {path / name}: not a scenario", file=sys.stderr)
+        print(f"mockllm: skipped {suite.path / name}: not a scenario", file=sys.stderr)
     run: Callable[[Coroutine[Any, Any, None]], None] = asyncio.run
     with contextlib.suppress(ImportError):
         import uvloop
@@ -83,10 +115,14 @@ def serve_forever(path: Path, options: ServeOptions) -> int:
         run = uvloop.run  # not an event loop policy: asyncio deprecates those from Python 3.14
     try:
         run(_serve(suite, options))
-    except OSError as exc:
-        print(f"mockllm: cannot listen on {options.host}:{options.port}: {exc.strerror}", file=sys.stderr)
+    except CannotListen as exc:
+        print(f"mockllm: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+class CannotListen(MockllmError):
+    """The address could not be bound (kept apart from other OSErrors, such as a closed stdout)."""
 
 
 def settle_memory() -> None:
@@ -97,7 +133,10 @@ def settle_memory() -> None:
 
 
 async def _serve(suite: Suite, options: ServeOptions) -> None:
-    server = await start_server(suite, options)
+    try:
+        server = await start_server(suite, options)
+    except OSError as exc:
+        raise CannotListen(f"cannot listen on {options.host}:{options.port}: {exc.strerror or exc}") from exc
     settle_memory()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from mockllm.options import ServeOptions
-from mockllm.serve import RunningServer, load_for, start_server
+from mockllm.serve import RunningServer, load_source, start_server
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDINGS = ROOT / "recordings"
@@ -32,7 +32,7 @@ async def serve() -> AsyncIterator[StartServer]:
 
     async def start(path: Path, **options: object) -> RunningServer:
         settings = ServeOptions(host="127.0.0.1", port=0, **options)  # type: ignore[arg-type]
-        server = await start_server(load_for(path, settings), settings)
+        server = await start_server(load_source(path, settings), settings)
         started.append(server)
         return server
 

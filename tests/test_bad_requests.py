@@ -101,11 +101,13 @@ async def test_huge_body_is_413(serve, scenario, monkeypatch):
     ("GET", "/"),
     ("GET", "/nope"),
     ("POST", "/v1/completions"),
-    ("POST", "/v1/messages"),
+    ("POST", "/v1/messages/batches"),
+    ("POST", "/v1/responses/compact"),
     ("POST", "/scenarios/s/v1/embeddings"),
     ("GET", "/_mockllm/nothing"),
     ("POST", "/runs/x/v2/chat/completions"),
-], ids=["root", "nope", "legacy-completions", "anthropic", "embeddings", "admin-unknown", "v2"])
+], ids=["root", "nope", "legacy-completions", "anthropic-batches", "responses-compact", "embeddings",
+        "admin-unknown", "v2"])
 async def test_unknown_paths(serve, scenario, method, path):
     server = await serve(scenario)
     status, body, headers = await raw(method, server.base_url + path, json.dumps(GOOD).encode())

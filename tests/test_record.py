@@ -14,7 +14,7 @@ import pytest
 
 from mockllm.check import check_suite
 from mockllm.inspect import scenario_to_json
-from mockllm.recorder import RecordOptions, start_recorder
+from mockllm.record import RecordOptions, start_recorder
 from mockllm.scenario import load_scenario, load_suite
 from tests.agent_drive import drive, plan
 from tests.conftest import CORPUS, corpus_or_skip, new_run

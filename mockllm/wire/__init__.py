@@ -4,6 +4,7 @@ under every base address."""
 
 from __future__ import annotations
 
+from mockllm.wire.anthropic import AnthropicMessages
 from mockllm.wire.chat import ChatCompletions
 from mockllm.wire.dialect import Dialect
 from mockllm.wire.responses import Responses
@@ -11,4 +12,4 @@ from mockllm.wire.responses import Responses
 CHAT = ChatCompletions()
 
 # Served under every base (`/v1`, `/scenarios/{name}/v1`, `/runs/{run}/v1`), in this order.
-DIALECTS: tuple[Dialect, ...] = (CHAT, Responses())
+DIALECTS: tuple[Dialect, ...] = (CHAT, AnthropicMessages(), Responses())

@@ -27,7 +27,7 @@ from mockllm.chunks import (
 from mockllm.entries import HANG_CHUNKS, ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
 from mockllm.errors import RequestError
 from mockllm.wire.chat_stream import ChatStreamDecoder
-from mockllm.wire.dialect import Dialect, Envelope, Message, Request, StreamDecoder, ToolCall
+from mockllm.wire.dialect import Dialect, Envelope, Message, Request, StreamDecoder, ToolCall, tool_names
 from mockllm.wire.reply import Reply
 from mockllm.wire.sse import data_event
 
@@ -42,6 +42,7 @@ class _ChatRequest(msgspec.Struct):
     model: str | None = None
     stream: bool | None = False
     stream_options: dict[str, Any] | None = None
+    tools: msgspec.Raw | None = None
 
 
 _request_decoder = msgspec.json.Decoder(_ChatRequest)
@@ -116,6 +117,18 @@ def chat_messages(messages: list[Any]) -> list[Message]:
     return [chat_message(m) for m in messages]
 
 
+def chat_tail(messages: list[Any]) -> list[Message]:
+    """The messages after the last assistant one, decoding from the end only as far as that."""
+    tail: list[Message] = []
+    for raw in reversed(messages):
+        message = chat_message(raw)
+        if message.role == "assistant":
+            break
+        tail.append(message)
+    tail.reverse()
+    return tail
+
+
 class ChatCompletions(Dialect):
     name = "chat"
     path = "/chat/completions"
@@ -129,7 +142,8 @@ class ChatCompletions(Dialect):
         if not chat.messages:
             raise RequestError('"messages" is empty')
         include_usage = bool((chat.stream_options or {}).get("include_usage"))
-        return Request(bool(chat.stream), include_usage, chat.model, chat.messages, chat_messages)
+        return Request(bool(chat.stream), include_usage, chat.model, chat.messages, chat_messages,
+                       raw_tools=chat.tools, _decode_tools=tool_names, _decode_tail=chat_tail)
 
     def reply_id(self, script: int, call: int) -> str:
         return f"chatcmpl-mockllm-{script}-{call}"

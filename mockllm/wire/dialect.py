@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import msgspec
+
 from mockllm.chunks import StreamChunk
 from mockllm.entries import Entry
 from mockllm.wire.reply import Reply
@@ -58,7 +60,15 @@ class Request:
     _decode: Callable[[Any], list[Message]] = field(repr=False)
     # The id of an earlier reply this request continues (OpenAI Responses' previous_response_id).
     continues: str | None = None
+    # The names of the tools the request offers (its `tools` field), decoded on first use; None
+    # when it sends no `tools` at all (then any tool call is the agent's business).
+    raw_tools: Any = None
+    _decode_tools: Callable[[Any], frozenset[str]] | None = field(default=None, repr=False)
+    # Decodes only the messages after the last assistant message, where a dialect can do that
+    # without decoding the whole history (every request's new inputs are compared).
+    _decode_tail: Callable[[Any], list[Message]] | None = field(default=None, repr=False)
     _messages: list[Message] | None = field(default=None, repr=False)
+    _tail: list[Message] | None = field(default=None, repr=False)
 
     @property
     def messages(self) -> list[Message]:
@@ -66,6 +76,43 @@ class Request:
         if self._messages is None:
             self._messages = self._decode(self.raw_conversation)
         return self._messages
+
+    @property
+    def tail(self) -> list[Message]:
+        """The messages after the last assistant message (all of them when there is none)."""
+        if self._tail is None:
+            if self._messages is None and self._decode_tail is not None:
+                self._tail = self._decode_tail(self.raw_conversation)
+            else:
+                self._tail = messages_after_last_assistant(self.messages)
+        return self._tail
+
+    @property
+    def offered_tools(self) -> frozenset[str] | None:
+        if self.raw_tools is None or self._decode_tools is None:
+            return None
+        return self._decode_tools(self.raw_tools)
+
+
+def messages_after_last_assistant(messages: list[Message]) -> list[Message]:
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].role == "assistant":
+            return messages[index + 1 :]
+    return messages
+
+
+def tool_names(raw: Any) -> frozenset[str]:
+    """Names of the tools a request offers: `[{"function": {"name": …}}]` (chat completions) or
+    `[{"name": …}]` (Anthropic Messages, OpenAI Responses)."""
+    tools = msgspec.json.decode(raw) if isinstance(raw, msgspec.Raw) else raw
+    names = set()
+    for tool in tools if isinstance(tools, list) else ():
+        if isinstance(tool, dict):
+            function = tool.get("function")
+            name = function.get("name") if isinstance(function, dict) else tool.get("name")
+            if isinstance(name, str):
+                names.add(name)
+    return frozenset(names)
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,7 +55,7 @@ from mockllm.chunks import (
 from mockllm.entries import HANG_CHUNKS, ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
 from mockllm.errors import RequestError
 from mockllm.wire.chat import error_body, error_type, text_of
-from mockllm.wire.dialect import Dialect, Envelope, Message, Request, StreamDecoder, ToolCall
+from mockllm.wire.dialect import Dialect, Envelope, Message, Request, StreamDecoder, ToolCall, tool_names
 from mockllm.wire.reply import Reply
 from mockllm.wire.responses_stream import ResponsesStreamDecoder
 from mockllm.wire.sse import named_event
@@ -71,6 +71,7 @@ class _ResponsesRequest(msgspec.Struct):
     model: str | None = None
     stream: bool | None = False
     previous_response_id: str | None = None
+    tools: msgspec.Raw | None = None
 
 
 _request_decoder = msgspec.json.Decoder(_ResponsesRequest)
@@ -151,7 +152,8 @@ class Responses(Dialect):
             raise RequestError('"input" is empty and there is no "previous_response_id"')
         # Responses always carry usage (in `response.completed`): include_usage is True.
         return Request(bool(request.stream), True, request.model, [request.instructions, request.input],
-                       input_messages, continues=request.previous_response_id)
+                       input_messages, continues=request.previous_response_id,
+                       raw_tools=request.tools, _decode_tools=tool_names)
 
     def reply_id(self, script: int, call: int) -> str:
         return f"resp_mockllm_{script}_{call}"

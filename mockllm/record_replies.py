@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from mockllm.recorder.sse_reader import Event
+from mockllm.sse_reader import Event
 
 _encode = msgspec.json.encode
 

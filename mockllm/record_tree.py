@@ -28,10 +28,10 @@ import msgspec
 from mockllm.chunks import Failure, FinishChunk, FinishReason, StreamChunk
 from mockllm.entries import ThrowEntry
 from mockllm.header import InheritedEventCount, SessionHeader
-from mockllm.recorder.call import ObservedCall, TimedChunk
-from mockllm.recorder.events import SessionEvents
-from mockllm.recorder.redact import Redactor, redact_chunks
+from mockllm.record_call import ObservedCall, TimedChunk
+from mockllm.record_events import SessionEvents
 from mockllm.recording import Event
+from mockllm.redact import Redactor, redact_chunks
 from mockllm.scenario import PRIMARY_FILE
 from mockllm.sidecar import SIDECAR_FILE
 from mockllm.writer import EventLike, SessionWriter, partial_path

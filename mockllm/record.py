@@ -1,6 +1,10 @@
-"""Running the recorder: in-process (tests, benchmarks) or as `mockllm record` until interrupted.
+"""Record mode: a proxy in front of a real upstream that writes what it saw as a dsh v0 session tree.
 
-Either way the tree is finished on the way out: every log closed (its `.partial` renamed) and the
+`record_proxy` forwards and streams; `record_tree` owns the sessions, lineage and logs;
+`record_events` maps one call to its rows; `record_call` is what the proxy saw of a call; `redact`
+masks secrets. This module runs it: in-process (tests, benchmarks) or as `mockllm record` until
+interrupted. Either way the tree is finished on the way out: every log closed (its `.partial`
+renamed) and the
 sidecar written, so an interrupted recording is a valid tree.
 """
 
@@ -18,9 +22,9 @@ from types import TracebackType
 import aiohttp
 from aiohttp import web
 
-from mockllm.recorder.proxy import Recorder, create_app
-from mockllm.recorder.redact import Redactor
-from mockllm.recorder.tree import SessionTree
+from mockllm.record_proxy import Recorder, create_app
+from mockllm.record_tree import SessionTree
+from mockllm.redact import Redactor
 
 SHUTDOWN_TIMEOUT = 1.0
 

@@ -28,10 +28,10 @@ from multidict import CIMultiDict
 from mockllm.chunks import Failure, FinishChunk, FinishReason
 from mockllm.conversations import ConversationIndex
 from mockllm.errors import RequestError
-from mockllm.recorder.call import ObservedCall, TimedChunk, observe
-from mockllm.recorder.replies import reply_events
-from mockllm.recorder.sse_reader import Event, SSEReader
-from mockllm.recorder.tree import Failed, Lineage, SessionTree
+from mockllm.record_call import ObservedCall, TimedChunk, observe
+from mockllm.record_replies import reply_events
+from mockllm.record_tree import Failed, Lineage, SessionTree
+from mockllm.sse_reader import Event, SSEReader
 from mockllm.wire import DIALECTS
 from mockllm.wire.dialect import Dialect, Request, StreamDecoder
 

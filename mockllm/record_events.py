@@ -16,9 +16,9 @@ from typing import Any
 import msgspec
 
 from mockllm.chunks import Block, BlockEnd, FinishReason, UsageChunk
-from mockllm.recorder.call import ObservedCall
-from mockllm.recorder.redact import Redactor, redact_chunks
+from mockllm.record_call import ObservedCall
 from mockllm.recording import CHUNK_EVENT, CallChunk, Event
+from mockllm.redact import Redactor, redact_chunks
 from mockllm.writer import EventLike
 
 USER_TRIGGER = {"kind": "message", "source": {"kind": "user"}}

@@ -1,0 +1,347 @@
+"""The Python API: a mockllm server inside a test suite or a tool.
+
+`Server` runs one in a background thread for synchronous code; `AsyncServer` runs one on the
+caller's running loop. Both listen on a free 127.0.0.1 port unless told otherwise, take the
+serve options (`mockllm.options.ServeOptions`) as keywords, and hand out runs: independent
+replays of one scenario. A run talks to its server over the admin HTTP API only (DESIGN.md §3),
+never through the server's objects, which live on another thread or loop.
+
+    with mockllm.Server("recordings") as srv:
+        with srv.run("tool-loop") as run:
+            client = OpenAI(base_url=run.base_url, api_key="x", default_headers=run.headers("agent-1"))
+            ...
+            run.assert_consumed()
+
+Leaving the server's context stops it: held streams (hangs) are released, the port is freed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import os
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import aiohttp
+
+from mockllm.errors import MockllmError
+from mockllm.options import SESSION_HEADERS, ServeOptions, in_process
+from mockllm.run_report import RunReport, check
+from mockllm.scenario import Suite
+from mockllm.serve import RunningServer, load_source, start_server
+
+# Start-up is a bind on loopback after the suite is loaded; far past this something is stuck.
+START_TIMEOUT = 30.0
+# Admin calls answer from memory; a stalled one means the server thread is wedged.
+ADMIN_TIMEOUT = 30.0
+
+PathLike = str | os.PathLike[str]
+
+
+class ServerStartError(MockllmError):
+    """The server could not start: nothing valid to serve, or it could not listen."""
+
+
+class AdminError(MockllmError):
+    """The server refused an admin call (unknown scenario, broken scenario, unknown run…)."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        self.status = status
+        self.code = code
+        self.message = message
+        super().__init__(f"{status} {code}: {message}")
+
+
+def _load(path: PathLike | None) -> Suite:
+    """The suite to serve; refuses one with nothing valid in it, since every run would be refused."""
+    suite = load_source(Path(path) if path is not None else None)
+    if not suite.scenarios:
+        errors = "\n".join(f"{name}: {error}" for name, error in suite.broken.items())
+        raise ServerStartError(f"{suite.path}: no valid scenario to serve:\n{errors}")
+    return suite
+
+
+def _admin_result(status: int, raw: bytes) -> dict[str, Any]:
+    """A decoded admin answer; an error answer (OpenAI error body) becomes an AdminError."""
+    try:
+        body = json.loads(raw) if raw else {}
+    except ValueError:
+        body = {}
+    if status >= 400:
+        error = body.get("error") if isinstance(body, dict) else None
+        error = error if isinstance(error, dict) else {}
+        raise AdminError(status, str(error.get("code", "http_error")),
+                         str(error.get("message", raw[:500].decode(errors="replace"))))
+    if not isinstance(body, dict):
+        raise AdminError(status, "bad_answer", f"expected a JSON object, got {raw[:200]!r}")
+    return body
+
+
+def _run_body(scenario: str, cwd: PathLike | None, fields: dict[str, Any]) -> dict[str, Any]:
+    body: dict[str, Any] = {"scenario": scenario, **fields}
+    if cwd is not None:
+        body["cwd"] = os.fspath(cwd)
+    return body
+
+
+def session_headers(session_id: str) -> dict[str, str]:
+    """The request headers that route a client to the live session `session_id`."""
+    return {SESSION_HEADERS[0]: session_id}
+
+
+class _RunInfo:
+    """What every run knows about itself, sync or async."""
+
+    def __init__(self, server_url: str, body: dict[str, Any], scenario: str) -> None:
+        self.id: str = body["run"]
+        self.scenario = scenario
+        self.base_url: str = body["base_url"]  # ends in /v1: an OpenAI client's base_url
+        self._admin = f"{server_url}/_mockllm/runs/{self.id}"
+        self._final: RunReport | None = None
+
+    def headers(self, session_id: str) -> dict[str, str]:
+        """The header dict that routes a client to the live session `session_id` of this run."""
+        return session_headers(session_id)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.id} of {self.scenario!r} at {self.base_url}>"
+
+
+class Run(_RunInfo):
+    """One replay of a scenario on a `Server` (its own bindings, cursors and failures).
+
+    A context manager: leaving it ends the run.
+    """
+
+    def __init__(self, server: Server, body: dict[str, Any], scenario: str) -> None:
+        super().__init__(server.url, body, scenario)
+        self._server = server
+
+    def report(self) -> RunReport:
+        """The run's report now (live state), or its final report once ended."""
+        if self._final is not None:
+            return self._final
+        return RunReport.from_json(self._server.admin("GET", self._admin))
+
+    def end(self) -> RunReport:
+        """End the run (the server forgets it) and return its final report; again, the same report."""
+        if self._final is None:
+            self._final = RunReport.from_json(self._server.admin("DELETE", self._admin))
+        return self._final
+
+    def assert_consumed(self) -> None:
+        """Raise RunNotClean (an AssertionError carrying the whole report) when any failure was
+        answered (404, 410, 422…) or a recorded call was not requested."""
+        check(self.report())
+
+    def assert_no_failures(self) -> None:
+        """Like `assert_consumed`, but calls left unrequested are fine."""
+        check(self.report(), require_consumed=False)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.end()
+
+
+class Server:
+    """A mockllm server in a background thread, for synchronous code.
+
+    `path` is a scenario or a suite folder (None: what `mockllm serve` serves with no PATH);
+    `options` are `ServeOptions` field names (`headerless="anonymous"`, `port=8081`, …).
+    Loading errors and a failed bind raise from `start()` (or `with`) at once.
+    """
+
+    def __init__(self, path: PathLike | None = None, **options: Any) -> None:
+        self.path = path
+        self.options: ServeOptions = in_process(**options)
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._url: str | None = None
+        self.suite: Suite | None = None
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never a proxy
+
+    @property
+    def url(self) -> str:
+        """`http://127.0.0.1:PORT`, no trailing slash."""
+        if self._url is None:
+            raise MockllmError("the server is not running: use `with Server(...)` or call start()")
+        return self._url
+
+    @property
+    def scenarios(self) -> list[str]:
+        """The names of the valid scenarios served."""
+        return sorted(self.suite.scenarios) if self.suite else []
+
+    def start(self) -> Self:
+        if self._thread is not None:
+            raise MockllmError("this Server is already started")
+        self.suite = _load(self.path)
+        started: concurrent.futures.Future[str] = concurrent.futures.Future()
+        self._thread = threading.Thread(target=asyncio.run, args=(self._main(self.suite, started),),
+                                        name="mockllm-server", daemon=True)
+        self._thread.start()
+        try:
+            self._url = started.result(timeout=START_TIMEOUT)
+        except concurrent.futures.TimeoutError:
+            raise ServerStartError(f"the server did not start within {START_TIMEOUT} s") from None
+        except BaseException:
+            self._thread.join()
+            self._thread = None
+            raise
+        return self
+
+    async def _main(self, suite: Suite, started: concurrent.futures.Future[str]) -> None:
+        try:
+            server = await _start(suite, self.options)
+        except BaseException as exc:
+            started.set_exception(exc)
+            return
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        started.set_result(server.base_url)
+        try:
+            await self._stop.wait()
+        finally:
+            await server.close()
+
+    def stop(self) -> None:
+        """Stop serving: held streams end, the port is free when this returns. Idempotent."""
+        thread, loop, stop = self._thread, self._loop, self._stop
+        if thread is None:
+            return
+        if loop is not None and stop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(stop.set)
+        thread.join()
+        self._thread = self._loop = self._stop = self._url = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+    def run(self, scenario: str, *, cwd: PathLike | None = None, **fields: Any) -> Run:
+        """A fresh run of `scenario` (`POST /_mockllm/runs`). `cwd` replaces `{{cwd}}` and anchors
+        readyFiles; other `fields` are sent as given (per-run options, DESIGN.md §5).
+        An unknown or broken scenario raises AdminError with the server's reason."""
+        body = self.admin("POST", f"{self.url}/_mockllm/runs", _run_body(scenario, cwd, fields))
+        return Run(self, body, scenario)
+
+    def admin(self, method: str, url: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One admin call: the decoded JSON answer, or AdminError."""
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+        try:
+            with self._opener.open(request, timeout=ADMIN_TIMEOUT) as response:
+                return _admin_result(response.status, response.read())
+        except urllib.error.HTTPError as error:
+            with error:
+                return _admin_result(error.code, error.read())
+
+
+class AsyncRun(_RunInfo):
+    """One replay of a scenario on an `AsyncServer`; `async with` ends it."""
+
+    def __init__(self, server: AsyncServer, body: dict[str, Any], scenario: str) -> None:
+        super().__init__(server.url, body, scenario)
+        self._server = server
+
+    async def report(self) -> RunReport:
+        """The run's report now (live state), or its final report once ended."""
+        if self._final is not None:
+            return self._final
+        return RunReport.from_json(await self._server.admin("GET", self._admin))
+
+    async def end(self) -> RunReport:
+        """End the run and return its final report; again, the same report."""
+        if self._final is None:
+            self._final = RunReport.from_json(await self._server.admin("DELETE", self._admin))
+        return self._final
+
+    async def assert_consumed(self) -> None:
+        """Raise RunNotClean when any failure was answered or a recorded call was not requested."""
+        check(await self.report())
+
+    async def assert_no_failures(self) -> None:
+        """Like `assert_consumed`, but calls left unrequested are fine."""
+        check(await self.report(), require_consumed=False)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.end()
+
+
+class AsyncServer:
+    """A mockllm server on the running event loop, for `async with` (same shape as `Server`)."""
+
+    def __init__(self, path: PathLike | None = None, **options: Any) -> None:
+        self.path = path
+        self.options: ServeOptions = in_process(**options)
+        self.suite: Suite | None = None
+        self._server: RunningServer | None = None
+        self._http: aiohttp.ClientSession | None = None
+
+    @property
+    def url(self) -> str:
+        """`http://127.0.0.1:PORT`, no trailing slash."""
+        if self._server is None:
+            raise MockllmError("the server is not running: use `async with AsyncServer(...)` or await start()")
+        return self._server.base_url
+
+    @property
+    def scenarios(self) -> list[str]:
+        return sorted(self.suite.scenarios) if self.suite else []
+
+    async def start(self) -> Self:
+        if self._server is not None:
+            raise MockllmError("this AsyncServer is already started")
+        self.suite = _load(self.path)
+        self._server = await _start(self.suite, self.options)
+        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=ADMIN_TIMEOUT))
+        return self
+
+    async def stop(self) -> None:
+        """Stop serving: held streams end, the port is free when this returns. Idempotent."""
+        server, http = self._server, self._http
+        self._server = self._http = None
+        if http is not None:
+            await http.close()
+        if server is not None:
+            await server.close()
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.stop()
+
+    async def run(self, scenario: str, *, cwd: PathLike | None = None, **fields: Any) -> AsyncRun:
+        """A fresh run of `scenario`; see `Server.run`."""
+        body = await self.admin("POST", f"{self.url}/_mockllm/runs", _run_body(scenario, cwd, fields))
+        return AsyncRun(self, body, scenario)
+
+    async def admin(self, method: str, url: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One admin call: the decoded JSON answer, or AdminError."""
+        if self._http is None:
+            raise MockllmError("the server is not running")
+        async with self._http.request(method, url, json=body) as response:
+            return _admin_result(response.status, await response.read())
+
+
+async def _start(suite: Suite, options: ServeOptions) -> RunningServer:
+    try:
+        return await start_server(suite, options)
+    except OSError as exc:
+        raise ServerStartError(f"cannot listen on {options.host}:{options.port}: {exc.strerror or exc}") from exc

@@ -1,0 +1,454 @@
+"""Anthropic Messages: `POST …/v1/messages`, streaming and not.
+
+The Anthropic SDK's base URL has no `/v1` (it appends `/v1/messages`), so `http://host:port`,
+`…/scenarios/{name}` and `…/runs/{run}` are all Anthropic base URLs: this dialect's route is
+`/messages` under each of the server's `…/v1` bases. Authentication (`x-api-key` or a bearer token)
+and `anthropic-version` are accepted and never checked.
+
+How an entry is sent (WIRE.md §4; one recorded delta is one SSE event, fragment boundaries are data):
+- `message_start` opens the stream with the recorded usage; each recorded block is one content block,
+  numbered on the wire by first sight: reasoning as a `thinking` block (`thinking_delta`s, then a
+  `signature_delta`), text as a `text` block (`text_delta`s), a tool call as a `tool_use` block with
+  its recorded id and name (`input_json_delta`s). Blocks are sent one after another, as Anthropic
+  does: a block stops at its recorded `block-end` or when the next block starts, whichever is first.
+  A block recorded with no deltas is sent as one delta holding its assembled content.
+- dsh records no signature, so every thinking block carries the placeholder `SIGNATURE` (the SDK's
+  `ThinkingBlock.signature` is a required string, and clients send it back with tool results).
+- `message_delta` carries `stop_reason` (`end_turn`, `tool_use`, `max_tokens`) and the output usage;
+  then `message_stop`. Usage maps dsh's disjoint counts one to one: inputTokens -> `input_tokens`,
+  cacheReadTokens -> `cache_read_input_tokens`, cacheWriteTokens -> `cache_creation_input_tokens`,
+  outputTokens -> `output_tokens`, reasoningTokens -> `output_tokens_details.thinking_tokens`; the
+  optional ones only when recorded. `message_start` carries the whole usage, `message_delta` the
+  output part (cumulative, as the SDK overwrites it). No recorded usage: zeros.
+- An `error` finish is the wire condition that produced it: `EMPTY_RESPONSE` a message with no
+  content ending `end_turn`; `CONTEXT_WINDOW_EXCEEDED` an HTTP 400 `invalid_request_error`
+  "prompt is too long: …" (what Anthropic clients match on); `CONTENT_FILTER` `refusal`; any other
+  code its `stop_reason`, lowercased. A recorded call with no finish ends with a null `stop_reason`.
+- A `throw` with no chunks is an HTTP error in Anthropic's shape, its type by status; with chunks, they
+  are streamed and then an `event: error` (no `message_stop`); `STREAM_CLOSED` is a bare cut. A
+  replayed error is sent exactly as Anthropic would (no extra fields, no `retry-after`). A `hang`
+  streams one text delta `partial` and holds; an `aborted` finish streams its chunks and holds.
+- Not streaming: one `message` with the same content (tool input parsed from the recorded
+  arguments), stop reason and usage; a `throw` is its HTTP error; a hang or aborted finish holds.
+
+Mock-made errors (exhaustion, unrecorded sessions, bad requests) keep Anthropic's
+`{"type":"error","error":{"type","message"}}` and add the mockllm code twice: machine-readable in
+`error.code`, and at the head of the message (`script_exhausted: run …`), since SDKs show the message.
+
+A request's neutral conversation (what header-less routing compares): `system` (a string or text
+blocks) as a leading system message; each message's text blocks joined; an assistant's `tool_use`
+blocks as its tool calls, their input JSON-encoded canonically (sorted keys) so a client's key order
+never matters; each `tool_result` block as one tool message naming its `tool_use_id`, before the
+rest of its user message; `thinking` and `redacted_thinking` blocks dropped (clients may or may not
+send them back), and `cache_control` ignored (clients move their cache breakpoints every call).
+Templates (`{{fromRequest:…}}`) search `system`, then `messages`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from mockllm.chunks import (
+    Block,
+    BlockEnd,
+    BlockStart,
+    FinishChunk,
+    ReasoningDelta,
+    StreamChunk,
+    TextDelta,
+    TokenUsage,
+    ToolCallDelta,
+    UsageChunk,
+)
+from mockllm.entries import HANG_CHUNKS, ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
+from mockllm.errors import RequestError
+from mockllm.wire.anthropic_stream import AnthropicStreamDecoder
+from mockllm.wire.dialect import Dialect, Envelope, Message, Request, StreamDecoder, ToolCall, tool_names
+from mockllm.wire.reply import Reply
+from mockllm.wire.sse import named_event
+
+_encode = msgspec.json.encode
+
+# What every replayed thinking block is signed with: dsh records no signature, and a fixed one keeps
+# the bytes the same every run. Clients treat it as opaque.
+SIGNATURE = "mockllm-unsigned"
+
+MESSAGE_STOP = named_event("message_stop", b'{"type":"message_stop"}')
+
+_NO_SYSTEM = msgspec.Raw()  # `system` absent (msgspec.Raw cannot be Optional)
+
+
+class _MessagesRequest(msgspec.Struct):
+    # Left undecoded: with a session header and no templates nothing reads them.
+    messages: list[msgspec.Raw]
+    model: str | None = None
+    system: msgspec.Raw = _NO_SYSTEM
+    stream: bool | None = False
+    tools: msgspec.Raw | None = None
+
+
+_request_decoder = msgspec.json.Decoder(_MessagesRequest)
+
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
+                403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                429: "rate_limit_error", 500: "api_error", 504: "timeout_error", 529: "overloaded_error"}
+
+
+def error_type(status: int) -> str:
+    """Anthropic's error type for an HTTP status."""
+    return _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+
+
+def provider_error(message: str, status: int) -> bytes:
+    """Anthropic's own error body, as a replayed provider error is sent."""
+    return _encode({"type": "error", "error": {"type": error_type(status), "message": message}})
+
+
+def error_body(message: str, code: str | None, status: int) -> bytes:
+    """A mock-made error: Anthropic's shape, the mockllm code in `error.code` and heading the message."""
+    if code is None:
+        return provider_error(message, status)
+    return _encode({"type": "error", "error": {"type": error_type(status), "message": f"{code}: {message}",
+                                               "code": code}})
+
+
+def usage_object(usage: TokenUsage | None) -> dict[str, Any]:
+    """dsh's disjoint counts -> Anthropic's (also disjoint: input tokens exclude cache reads and writes)."""
+    if usage is None:
+        return {"input_tokens": 0, "output_tokens": 0}
+    out: dict[str, Any] = {"input_tokens": usage.inputTokens}
+    if usage.cacheWriteTokens is not None:
+        out["cache_creation_input_tokens"] = usage.cacheWriteTokens
+    if usage.cacheReadTokens is not None:
+        out["cache_read_input_tokens"] = usage.cacheReadTokens
+    out.update(output_usage(usage))
+    return out
+
+
+def output_usage(usage: TokenUsage | None) -> dict[str, Any]:
+    """The output part of the usage, as `message_delta` carries it."""
+    if usage is None:
+        return {"output_tokens": 0}
+    out: dict[str, Any] = {"output_tokens": usage.outputTokens}
+    if usage.reasoningTokens is not None:
+        out["output_tokens_details"] = {"thinking_tokens": usage.reasoningTokens}
+    return out
+
+
+_STOP_REASONS = {"stop": "end_turn", "tool-calls": "tool_use", "max-tokens": "max_tokens"}
+# Error codes the adapter records for answers that were, on the wire, a normal stop.
+_ERROR_STOPS = {"EMPTY_RESPONSE": "end_turn", "CONTENT_FILTER": "refusal"}
+
+
+def stop_reason(finish: FinishChunk | None) -> str | None:
+    if finish is None:
+        return None
+    reason = finish.reason
+    if reason.kind in _STOP_REASONS:
+        return _STOP_REASONS[reason.kind]
+    if reason.kind == "error":
+        code = reason.error_code or "error"
+        return _ERROR_STOPS.get(code, code.lower())
+    return reason.kind.replace("-", "_")
+
+
+def context_window_message(message: str | None) -> str:
+    """The 400's message: Anthropic's wording first, since clients detect the overflow by it."""
+    if message and message.startswith("prompt is too long"):
+        return message
+    return f"prompt is too long: {message or 'the context window was exceeded'}"
+
+
+# -- requests -------------------------------------------------------------------------------------
+
+def _text_of(content: Any) -> str:
+    """Content (a string or blocks) as one string: text blocks by their text, others as their JSON."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(_block_text(block) for block in content)
+    return _encode(content).decode()
+
+
+def _block_text(block: Any) -> str:
+    if isinstance(block, dict):
+        if block.get("type") == "text":
+            return str(block.get("text") or "")
+        block = {k: v for k, v in block.items() if k != "cache_control"}
+    return _encode(block).decode()
+
+
+def _canonical(value: Any) -> str:
+    return _encode(value, order="sorted").decode()
+
+
+def _message(message: Any) -> list[Message]:
+    """One Messages API message in neutral form: a user turn's tool results become tool messages."""
+    if not isinstance(message, dict):
+        return [Message(None, _encode(message).decode())]
+    role = message.get("role")
+    content = message.get("content")
+    if not isinstance(content, list):
+        return [Message(role, _text_of(content))]
+    out: list[Message] = []
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    rest = False  # anything but tool results: the turn is a message of its own too
+    for block in content:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "tool_result":
+            out.append(Message("tool", _text_of(block.get("content")), tool_call_id=block.get("tool_use_id")))
+        elif kind == "tool_use":
+            calls.append(ToolCall(block.get("id"), block.get("name"), _canonical(block.get("input"))))
+            rest = True
+        elif kind in ("thinking", "redacted_thinking"):
+            rest = True
+        else:
+            texts.append(_block_text(block))
+            rest = True
+    if rest or not out:
+        out.append(Message(role, "".join(texts), tuple(calls)))
+    return out
+
+
+def anthropic_messages(conversation: dict[str, Any]) -> list[Message]:
+    """A request's `system` and `messages` (raw or decoded) as neutral messages."""
+    out: list[Message] = []
+    system = conversation.get("system")
+    if isinstance(system, msgspec.Raw):
+        system = msgspec.json.decode(system)
+    if system is not None:
+        out.append(Message("system", _text_of(system)))
+    for message in conversation["messages"]:
+        out.extend(_message(msgspec.json.decode(message) if isinstance(message, msgspec.Raw) else message))
+    return out
+
+
+class AnthropicMessages(Dialect):
+    name = "anthropic"
+    path = "/messages"
+
+    def decode_request(self, body: bytes) -> Request:
+        try:
+            request = _request_decoder.decode(body)
+        except msgspec.DecodeError as exc:
+            raise RequestError(f"request body is not an Anthropic Messages request ({exc}); "
+                               'expected JSON with a non-empty "messages" array') from None
+        if not request.messages:
+            raise RequestError('"messages" is empty')
+        # A dict, so templates walk `system` before `messages`, as a chat request's system message comes first.
+        conversation: dict[str, Any] = {"messages": request.messages}
+        if request.system:
+            conversation = {"system": request.system, **conversation}
+        return Request(bool(request.stream), True, request.model, conversation, anthropic_messages,
+                       raw_tools=request.tools, _decode_tools=tool_names)
+
+    def reply_id(self, script: int, call: int) -> str:
+        return f"msg_mockllm_{script}_{call}"
+
+    def render(self, entry: Entry, envelope: Envelope) -> Reply:
+        return render_entry(entry, envelope)
+
+    def error_body(self, message: str, code: str | None, status: int) -> bytes:
+        return error_body(message, code, status)
+
+    def stream_decoder(self) -> StreamDecoder:
+        return AnthropicStreamDecoder()
+
+
+# -- replies --------------------------------------------------------------------------------------
+
+def render_entry(entry: Entry, envelope: Envelope) -> Reply:
+    """Answer for one script entry (templates must already be resolved)."""
+    if isinstance(entry, HangEntry):
+        hang = _Message(envelope, list(HANG_CHUNKS))
+        return Reply(200, tuple(hang.frames), None, "hold", (), b"", hold_when_not_streaming=True)
+    if isinstance(entry, ThrowEntry):
+        return _render_throw_after(entry, envelope) if entry.chunks else _render_throw(entry)
+    return _render_chunks(entry, envelope)
+
+
+def _render_chunks(entry: ChunksEntry, envelope: Envelope) -> Reply:
+    message = _Message(envelope, entry.chunks)
+    finish = message.finish
+    if finish is not None and finish.reason.kind == "error" and finish.reason.error_code == "CONTEXT_WINDOW_EXCEEDED":
+        body = provider_error(context_window_message(finish.reason.error_message), 400)
+        return Reply(400, (), None, "done", (), body, body_status=400)
+    if finish is not None and finish.reason.kind == "aborted":
+        return Reply(200, tuple(message.frames), None, "hold", (), b"", hold_when_not_streaming=True)
+    message.end()
+    return Reply(200, tuple(message.frames), None, "done", (MESSAGE_STOP,), _encode(message.body()))
+
+
+def _render_throw(entry: ThrowEntry) -> Reply:
+    status = throw_status(entry.code, entry.status)
+    return Reply(status, (), None, "error", (), provider_error(entry.message, status), body_status=status)
+
+
+def _render_throw_after(entry: ThrowEntry, envelope: Envelope) -> Reply:
+    status = throw_status(entry.code, entry.status)
+    body = provider_error(entry.message, status)
+    frames = tuple(_Message(envelope, entry.chunks).frames)
+    if entry.code == "STREAM_CLOSED":
+        return Reply(200, frames, None, "cut", (), body, body_status=status)
+    return Reply(200, frames, None, "error", (named_event("error", body),), body, body_status=status)
+
+
+_WIRE_TYPES = {"text": "text", "reasoning": "thinking", "tool-call": "tool_use"}
+_DELTA_KINDS = {TextDelta: "text", ReasoningDelta: "reasoning", ToolCallDelta: "tool-call"}
+
+
+class _Block:
+    """One content block on the wire: its type, what its deltas assembled, and its tool identity."""
+
+    __slots__ = ("call_id", "name", "parts", "type")
+
+    def __init__(self, wire_type: str, call_id: str | None, name: str | None) -> None:
+        self.type = wire_type
+        self.parts: list[str] = []
+        self.call_id = call_id
+        self.name = name
+
+    def assembled(self) -> dict[str, Any]:
+        """The block in a non-streamed message."""
+        joined = "".join(self.parts)
+        if self.type == "thinking":
+            return {"type": "thinking", "thinking": joined, "signature": SIGNATURE}
+        if self.type == "tool_use":
+            return {"type": "tool_use", "id": self.call_id, "name": self.name, "input": tool_input(joined)}
+        return {"type": "text", "text": joined}
+
+
+def tool_input(arguments: str) -> Any:
+    """A tool call's recorded arguments as Anthropic's `input` object; text that is not JSON stays as is."""
+    if not arguments.strip():
+        return {}
+    try:
+        return msgspec.json.decode(arguments)
+    except msgspec.DecodeError:
+        return arguments
+
+
+class _Message:
+    """Walks one call's chunks once, producing its SSE frames and its assembled message."""
+
+    def __init__(self, envelope: Envelope, chunks: list[StreamChunk]) -> None:
+        self._envelope = envelope
+        self.finish: FinishChunk | None = None
+        self.usage: TokenUsage | None = None
+        for chunk in chunks:
+            if isinstance(chunk, FinishChunk):
+                self.finish = chunk
+            elif isinstance(chunk, UsageChunk):
+                self.usage = chunk.usage
+        self.blocks: list[_Block] = []
+        self._wire: dict[int, int] = {}  # recorded block index -> wire index
+        self._open: int | None = None  # the wire index of the block being streamed
+        self._identity: dict[int, tuple[str | None, str | None]] = {}  # recorded index -> tool (id, name)
+        start: dict[str, Any] = {"id": envelope.reply_id, "type": "message", "role": "assistant",
+                                 "model": envelope.model, "content": [], "stop_reason": None, "stop_sequence": None,
+                                 "usage": usage_object(self.usage)}
+        self.frames: list[bytes] = []
+        self._event("message_start", {"type": "message_start", "message": start})
+        self._walk(chunks)
+
+    def _walk(self, chunks: list[StreamChunk]) -> None:
+        ended: dict[int, Block] = {c.index: c.block for c in chunks if isinstance(c, BlockEnd)}
+        with_deltas = {c.index for c in chunks if isinstance(c, TextDelta | ReasoningDelta | ToolCallDelta)}
+        # A tool call's identity as the client first sees it: its first delta's, gaps filled from its block-end.
+        identity = self._identity
+        calls = [(c.index, c.id, c.name) for c in chunks if isinstance(c, ToolCallDelta)]
+        calls += [(i, b.id, b.name) for i, b in ended.items() if b.type == "tool-call"]
+        for index, call_id, name in calls:
+            old_id, old_name = identity.get(index, (None, None))
+            identity[index] = (old_id or call_id, old_name or name)
+        for chunk in chunks:
+            if isinstance(chunk, TextDelta | ReasoningDelta):
+                self._delta(chunk.index, _DELTA_KINDS[type(chunk)], chunk.text)
+            elif isinstance(chunk, ToolCallDelta):
+                self._delta(chunk.index, "tool-call", chunk.argumentsDelta)
+            elif isinstance(chunk, BlockStart):
+                if chunk.blockType in _WIRE_TYPES:
+                    self._start(chunk.index, chunk.blockType)
+                if chunk.index not in with_deltas and chunk.index in ended:
+                    # A block recorded with no deltas still reaches the client, as one delta of its content.
+                    self._whole_block(chunk.index, ended[chunk.index])
+            elif isinstance(chunk, BlockEnd):
+                self._stop(chunk.index)
+
+    def _whole_block(self, index: int, block: Block) -> None:
+        if block.type in ("text", "reasoning"):
+            self._delta(index, block.type, block.text or "")
+        elif block.type == "tool-call":
+            arguments = block.arguments if isinstance(block.arguments, str) else _encode(block.arguments).decode()
+            self._delta(index, "tool-call", arguments)
+
+    def _start(self, index: int, kind: str) -> int:
+        wire = self._wire.get(index)
+        if wire is not None:
+            return wire
+        if self._open is not None:
+            self._close(self._open)  # Anthropic streams one block at a time
+        wire = self._wire[index] = len(self.blocks)
+        wire_type = _WIRE_TYPES[kind]
+        if wire_type == "tool_use":
+            call_id, name = self._identity.get(index, (None, None))
+            block = _Block(wire_type, call_id or f"toolu_{wire}", name or "")
+            content: dict[str, Any] = {"type": "tool_use", "id": block.call_id, "name": block.name, "input": {}}
+        elif wire_type == "thinking":
+            block = _Block(wire_type, None, None)
+            content = {"type": "thinking", "thinking": "", "signature": ""}
+        else:
+            block = _Block(wire_type, None, None)
+            content = {"type": "text", "text": ""}
+        self.blocks.append(block)
+        self._open = wire
+        self._event("content_block_start", {"type": "content_block_start", "index": wire, "content_block": content})
+        return wire
+
+    def _delta(self, index: int, kind: str, text: str) -> None:
+        # A delta with no block-start opens its block; one for a block already stopped (a recording that
+        # interleaves blocks) is still sent at its index, so no fragment is lost.
+        wire = self._start(index, kind)
+        block = self.blocks[wire]
+        block.parts.append(text)
+        if block.type == "thinking":
+            delta = {"type": "thinking_delta", "thinking": text}
+        elif block.type == "tool_use":
+            delta = {"type": "input_json_delta", "partial_json": text}
+        else:
+            delta = {"type": "text_delta", "text": text}
+        self._event("content_block_delta", {"type": "content_block_delta", "index": wire, "delta": delta})
+
+    def _stop(self, index: int) -> None:
+        wire = self._wire.get(index)
+        if wire is not None and wire == self._open:
+            self._close(wire)
+
+    def _close(self, wire: int) -> None:
+        if self.blocks[wire].type == "thinking":
+            self._event("content_block_delta", {"type": "content_block_delta", "index": wire,
+                                                "delta": {"type": "signature_delta", "signature": SIGNATURE}})
+        self._event("content_block_stop", {"type": "content_block_stop", "index": wire})
+        self._open = None
+
+    def _event(self, name: str, payload: dict[str, Any]) -> None:
+        self.frames.append(named_event(name, _encode(payload)))
+
+    def end(self) -> None:
+        """Stop the open block, then `message_delta` (stop reason, output usage); `message_stop` is the closing."""
+        if self._open is not None:
+            self._close(self._open)
+        self._event("message_delta", {"type": "message_delta",
+                                      "delta": {"stop_reason": stop_reason(self.finish), "stop_sequence": None},
+                                      "usage": output_usage(self.usage)})
+
+    def body(self) -> dict[str, Any]:
+        """The non-streaming `message` for the same call."""
+        return {"id": self._envelope.reply_id, "type": "message", "role": "assistant", "model": self._envelope.model,
+                "content": [b.assembled() for b in self.blocks], "stop_reason": stop_reason(self.finish),
+                "stop_sequence": None, "usage": usage_object(self.usage)}

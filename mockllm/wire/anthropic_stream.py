@@ -1,0 +1,155 @@
+"""A live Anthropic Messages stream decoded back into StreamChunks, the way dsh's adapter records.
+
+Blocks are allocated on first sight (each `content_block_start`, in wire order: thinking as
+reasoning, text as text, tool_use as a tool call), every delta becomes one chunk (fragment
+boundaries are data; a tool call's id and name ride on each of its fragments, as dsh records them),
+and the call ends with each block's `block-end` in block order, then `usage`, then `finish`.
+`signature_delta`s carry nothing dsh records; blocks of other types (redacted thinking, server
+tools) are skipped. Usage is read from `message_start` and overwritten by `message_delta`, whose
+counts are cumulative; an `event: error` ends the call with an error finish.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from mockllm.chunks import (
+    Block,
+    BlockEnd,
+    BlockStart,
+    Failure,
+    FinishChunk,
+    FinishReason,
+    ReasoningDelta,
+    StreamChunk,
+    TextDelta,
+    TokenUsage,
+    ToolCallDelta,
+    UsageChunk,
+)
+from mockllm.wire.dialect import StreamDecoder
+
+_FINISH_KINDS = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool-calls", "max_tokens": "max-tokens"}
+# Stop reasons dsh's adapter records as errors, with the code the renderer maps back to them.
+_ERROR_CODES = {"refusal": "CONTENT_FILTER"}
+_BLOCK_KINDS = {"text": "text", "thinking": "reasoning", "tool_use": "tool-call"}
+_USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+
+
+def finish_from_wire(reason: str) -> FinishReason:
+    """An Anthropic `stop_reason` as the recorded finish kind; others are errors naming it."""
+    kind = _FINISH_KINDS.get(reason)
+    if kind is not None:
+        return FinishReason(kind)
+    return FinishReason("error", failure=Failure(message=f"stop_reason {reason}",
+                                                 code=_ERROR_CODES.get(reason, reason.upper())))
+
+
+def usage_from_wire(usage: dict[str, Any]) -> TokenUsage:
+    """Anthropic's disjoint counts -> dsh's, one to one; optional counts stay absent when not sent."""
+    details = usage.get("output_tokens_details") or {}
+    return TokenUsage(int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0),
+                      cacheReadTokens=usage.get("cache_read_input_tokens"),
+                      cacheWriteTokens=usage.get("cache_creation_input_tokens"),
+                      reasoningTokens=details.get("thinking_tokens") if isinstance(details, dict) else None)
+
+
+class _Open:
+    """A block seen so far: its recorded index and type, what its deltas assembled, its tool identity."""
+
+    __slots__ = ("call_id", "index", "kind", "name", "parts")
+
+    def __init__(self, index: int, kind: str, call_id: str | None = None, name: str | None = None) -> None:
+        self.index = index
+        self.kind = kind
+        self.parts: list[str] = []
+        self.call_id = call_id
+        self.name = name
+
+    def block(self) -> Block:
+        text = "".join(self.parts)
+        if self.kind == "tool-call":
+            return Block("tool-call", id=self.call_id, name=self.name, arguments=text)
+        return Block(self.kind, text=text)
+
+    def delta(self, text: str) -> StreamChunk:
+        self.parts.append(text)
+        if self.kind == "reasoning":
+            return ReasoningDelta(self.index, text)
+        if self.kind == "tool-call":
+            return ToolCallDelta(self.index, text, self.call_id, self.name)
+        return TextDelta(self.index, text)
+
+
+class AnthropicStreamDecoder(StreamDecoder):
+    def __init__(self) -> None:
+        self._blocks: list[_Open] = []
+        self._by_wire: dict[int, _Open | None] = {}  # wire index -> block (None: a skipped type)
+        self._usage: dict[str, Any] = {}
+        self._finish: FinishReason | None = None
+
+    def feed(self, event: str | None, data: bytes) -> list[StreamChunk]:
+        payload = msgspec.json.decode(data)
+        if not isinstance(payload, dict):
+            return []
+        kind = payload.get("type") or event
+        out: list[StreamChunk] = []
+        if kind == "message_start":
+            self._add_usage((payload.get("message") or {}).get("usage"))
+        elif kind == "content_block_start":
+            self._start(int(payload.get("index") or 0), payload.get("content_block") or {}, out)
+        elif kind == "content_block_delta":
+            block = self._by_wire.get(int(payload.get("index") or 0))
+            text = _delta_text(payload.get("delta") or {})
+            if block is not None and text is not None:
+                out.append(block.delta(text))
+        elif kind == "message_delta":
+            self._add_usage(payload.get("usage"))
+            reason = (payload.get("delta") or {}).get("stop_reason")
+            if isinstance(reason, str):
+                self._finish = finish_from_wire(reason)
+        elif kind == "error":
+            error = payload.get("error") or {}
+            self._finish = FinishReason("error", failure=Failure(message=error.get("message"),
+                                                                  code=error.get("code") or error.get("type")))
+        return out
+
+    def _start(self, wire: int, content: dict[str, Any], out: list[StreamChunk]) -> None:
+        kind = _BLOCK_KINDS.get(content.get("type", ""))
+        if kind is None:
+            self._by_wire[wire] = None
+            return
+        block = _Open(len(self._blocks), kind, content.get("id"), content.get("name"))
+        self._blocks.append(block)
+        self._by_wire[wire] = block
+        out.append(BlockStart(block.index, kind))
+        # Anthropic opens blocks empty; content already in the start is kept as a first delta.
+        initial = content.get("text") or content.get("thinking") or (
+            msgspec.json.encode(content["input"]).decode() if content.get("input") else None)
+        if initial:
+            out.append(block.delta(initial))
+
+    def _add_usage(self, usage: Any) -> None:
+        if isinstance(usage, dict):
+            self._usage.update({k: v for k, v in usage.items() if v is not None})
+
+    def close(self) -> list[StreamChunk]:
+        out: list[StreamChunk] = [BlockEnd(b.index, b.block()) for b in self._blocks]
+        if any(k in self._usage for k in _USAGE_FIELDS):
+            out.append(UsageChunk(usage_from_wire(self._usage)))
+        out.append(FinishChunk(self._finish or FinishReason("error", failure=Failure(
+            message="the stream ended with no stop_reason", code="STREAM_CLOSED"))))
+        return out
+
+
+def _delta_text(delta: dict[str, Any]) -> str | None:
+    kind = delta.get("type")
+    if kind == "text_delta":
+        return str(delta.get("text") or "")
+    if kind == "thinking_delta":
+        return str(delta.get("thinking") or "")
+    if kind == "input_json_delta":
+        return str(delta.get("partial_json") or "")
+    return None  # signature_delta, citations_delta: nothing dsh records
