@@ -4,8 +4,7 @@
 `record_events` maps one call to its rows; `record_call` is what the proxy saw of a call; `redact`
 masks secrets. This module runs it: in-process (tests, benchmarks) or as `mockllm record` until
 interrupted. Either way the tree is finished on the way out: every log closed (its `.partial`
-renamed) and the
-sidecar written, so an interrupted recording is a valid tree.
+renamed) and the sidecar written, so an interrupted recording is a valid tree.
 """
 
 from __future__ import annotations

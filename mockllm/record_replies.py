@@ -39,7 +39,21 @@ def _responses(reply: dict[str, Any]) -> list[Event]:
     return events
 
 
-REPLY_EVENTS: dict[str, Callable[[dict[str, Any]], list[Event]]] = {"chat": _chat, "responses": _responses}
+def _anthropic(reply: dict[str, Any]) -> list[Event]:
+    # A block's whole content in its `content_block_start` is read as its one delta.
+    events: list[Event] = [("message_start", _encode({"type": "message_start", "message": {**reply, "content": []}}))]
+    for k, block in enumerate(reply.get("content") or ()):
+        events.append(("content_block_start", _encode({"type": "content_block_start", "index": k,
+                                                       "content_block": block})))
+        events.append(("content_block_stop", _encode({"type": "content_block_stop", "index": k})))
+    end = {"type": "message_delta", "delta": {"stop_reason": reply.get("stop_reason")},
+           "usage": reply.get("usage") or {}}
+    events.append(("message_delta", _encode(end)))
+    return events
+
+
+REPLY_EVENTS: dict[str, Callable[[dict[str, Any]], list[Event]]] = {
+    "chat": _chat, "responses": _responses, "anthropic": _anthropic}
 
 
 def reply_events(dialect: str, body: bytes) -> list[Event] | None:

@@ -34,9 +34,12 @@ class PlannedCall:
     entry: Entry
     messages: list[dict[str, Any]]
     at: float  # when it happened, for ordering across sessions
+    anonymous: bool = False  # send no session or lineage headers (routed by conversation)
 
     @property
     def headers(self) -> dict[str, str]:
+        if self.anonymous:
+            return {}
         headers = {"x-mockllm-session": self.session.id}
         if self.number == 0 and self.session.parent is not None:
             headers["x-mockllm-parent"] = self.session.parent
