@@ -7,8 +7,10 @@ recording reads a copy of the bytes, it never holds them back), and is fed to th
 decoder with its arrival time. The call is recorded when it ends. Other `/v1/...` requests
 (`GET /v1/models`, ...) are forwarded and not recorded.
 
-Secrets: the client's headers (`Authorization`, `x-api-key`, ...) go upstream as they came and
-nothing from a request's headers is written; mockllm's lineage headers are not forwarded.
+Headers: the client's headers go upstream as they came (hop-by-hop ones aside), mockllm's own
+included: an upstream that is itself a mockllm (replaying a tree while a new one is recorded)
+routes by them, and a provider ignores them. Secrets (`Authorization`, `x-api-key`, ...) are
+forwarded and never written: nothing from a request's headers reaches the log.
 """
 
 from __future__ import annotations
@@ -40,7 +42,6 @@ log = logging.getLogger("mockllm.record")
 SESSION_HEADERS = ("x-mockllm-session", "x-deepseek-harness-session-id")
 PARENT_HEADER = "x-mockllm-parent"
 FORK_HEADER = "x-mockllm-fork"
-_OURS = frozenset(("x-mockllm-session", PARENT_HEADER, FORK_HEADER))
 # Hop-by-hop and framing headers: each side of the proxy sets its own.
 _HOP = frozenset(("host", "connection", "keep-alive", "transfer-encoding", "content-length", "te", "trailer",
                   "upgrade", "proxy-authorization", "proxy-connection", "accept-encoding", "content-encoding"))
@@ -180,7 +181,7 @@ class Recorder:
 def _forwarded(headers: Mapping[str, str]) -> CIMultiDict[str]:
     out: CIMultiDict[str] = CIMultiDict()
     for name, value in headers.items():
-        if name.lower() not in _HOP and name.lower() not in _OURS:
+        if name.lower() not in _HOP:
             out.add(name, value)
     out["Accept-Encoding"] = "identity"  # the recorder reads the stream it forwards
     return out

@@ -10,15 +10,21 @@ prefix's length as `seedLength`: the recorder knows the cut, so it writes it, ne
 inference.
 
 Every call is appended to its log as one fsync'd batch when it ends (`SessionWriter`): a crash
-loses at most the calls in flight, and logs keep their `.partial` names until `close()`.
+loses at most the calls in flight, and logs keep their `.partial` names until `close()`. The file
+work runs on one writer thread, in order: an fsync takes milliseconds, and on the event loop it
+would hold back every stream the proxy is forwarding meanwhile (the next call's first byte too).
+The tree's state (numbering, turns, seeds) is decided on the loop, when the call ends.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,9 +58,9 @@ class RecordedSession:
     id: str
     file: str
     header: SessionHeader
-    writer: SessionWriter
     events: SessionEvents
     rows: list[EventLike] = field(default_factory=list)  # everything written: a fork's seed is cut from it
+    writer: SessionWriter | None = None  # opened by the writer thread
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +80,8 @@ class SessionTree:
         self.sessions: dict[str, RecordedSession] = {}  # by recorded id, in creation order
         self.patches: list[dict[str, Any]] = []  # the primary's sidecar patches
         self.closed = False
+        self.failures: list[BaseException] = []  # file work that failed on the writer thread
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mockllm-record")
         out.mkdir(parents=True, exist_ok=True)
         taken = [p.name for p in out.iterdir() if p.name.startswith("session") or p.name == SIDECAR_FILE]
         if taken:
@@ -91,9 +99,7 @@ class SessionTree:
     def record(self, session_id: str, lineage: Lineage, call: ObservedCall) -> None:
         """Append one ended call to its session's log (creating the session on its first call)."""
         session = self._session(session_id, lineage, call.started)
-        rows = session.events.call(call, self.redactor)
-        session.writer.append(rows)
-        session.rows.extend(rows)
+        self._append(session, session.events.call(call, self.redactor))
 
     def record_failure(self, session_id: str, lineage: Lineage, call: ObservedCall, failed: Failed) -> None:
         """An upstream HTTP error: the log gets a call ending in an error finish where it happened, and
@@ -123,22 +129,47 @@ class SessionTree:
                                             code=self.redactor.text(failure.code or "STREAM_CLOSED"),
                                             chunks=redact_chunks(self.redactor, chunks)))
 
+    async def flushed(self) -> None:
+        """Wait until everything recorded so far is on disk."""
+        await asyncio.wrap_future(self._io.submit(lambda: None))
+
     def close(self) -> None:
-        """End every log (open steps and turns closed) and give each its name; idempotent."""
+        """End every log (open steps and turns closed) and give each its name; idempotent.
+
+        Blocks until the writer thread is done: it runs when the proxy has stopped.
+        """
         if self.closed:
             return
         self.closed = True
         for session in self.sessions.values():
-            rows = session.events.closing(_last_time(session.rows))
-            session.writer.append(rows)
-            session.rows.extend(rows)
-            session.writer.close()
+            self._append(session, session.events.closing(_last_time(session.rows)))
+            self._submit(_close_writer, session)
+        self._io.shutdown(wait=True)
+        if self.failures:
+            log.error("%s: %d write(s) failed; the logs concerned keep their .partial names",
+                      self.out, len(self.failures))
 
     def abandon(self) -> None:
         """Stop without naming the logs (they keep `.partial`, as after a crash)."""
         self.closed = True
+        self._io.shutdown(wait=True)
         for session in self.sessions.values():
-            session.writer.abandon()
+            if session.writer is not None:
+                session.writer.abandon()
+
+    def _append(self, session: RecordedSession, rows: list[EventLike]) -> None:
+        session.rows.extend(rows)
+        self._submit(_append_rows, session, rows)
+
+    def _submit(self, work: Callable[..., None], *args: Any) -> None:
+        self._io.submit(self._guarded, work, *args)
+
+    def _guarded(self, work: Callable[..., None], *args: Any) -> None:
+        try:
+            work(*args)
+        except Exception as exc:  # a full disk must not end the recording of the other sessions
+            log.error("%s: recording failed: %s", self.out, exc)
+            self.failures.append(exc)
 
     def _session(self, session_id: str, lineage: Lineage, created: int) -> RecordedSession:
         session = self.sessions.get(session_id)
@@ -162,24 +193,37 @@ class SessionTree:
                                    inherited=InheritedEventCount(len(seed)))
         else:
             header = SessionHeader(session_id, created, parent_session=parent_id)
-        writer = SessionWriter(self.out / file, header, pack=self.pack)
-        session = self.sessions[session_id] = RecordedSession(session_id, file, header, writer, events)
+        session = self.sessions[session_id] = RecordedSession(session_id, file, header, events)
+        self._submit(self._open_writer, session)
         if seed:
-            writer.append(seed)
-            session.rows.extend(seed)
+            self._append(session, seed)
         return session
+
+    def _open_writer(self, session: RecordedSession) -> None:
+        session.writer = SessionWriter(self.out / session.file, session.header, pack=self.pack)
 
     def _patch(self, session: RecordedSession, entry: ThrowEntry) -> None:
         # The call just recorded is the one the patch replaces.
         self.patches.append({"at": session.events.calls - 1, "entry": msgspec.to_builtins(entry)})
-        self._write_sidecar()
+        self._submit(_write_sidecar, self.out / SIDECAR_FILE, list(self.patches))
 
-    def _write_sidecar(self) -> None:
-        """Rewritten whole on every patch (it is small), renamed into place: never half a file."""
-        path = self.out / SIDECAR_FILE
-        partial = partial_path(path)
-        partial.write_text(json.dumps({"patches": self.patches}, indent=2) + "\n", encoding="utf-8")
-        os.replace(partial, path)
+
+def _append_rows(session: RecordedSession, rows: list[EventLike]) -> None:
+    if session.writer is None:
+        raise RuntimeError(f"{session.file}: its log could not be opened")
+    session.writer.append(rows)
+
+
+def _close_writer(session: RecordedSession) -> None:
+    if session.writer is not None:
+        session.writer.close()
+
+
+def _write_sidecar(path: Path, patches: list[dict[str, Any]]) -> None:
+    """Rewritten whole on every patch (it is small), renamed into place: never half a file."""
+    partial = partial_path(path)
+    partial.write_text(json.dumps({"patches": patches}, indent=2) + "\n", encoding="utf-8")
+    os.replace(partial, path)
 
 
 def _last_time(rows: list[EventLike]) -> int:
