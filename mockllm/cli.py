@@ -1,4 +1,4 @@
-"""The `mockllm` command: serve, inspect, check."""
+"""The `mockllm` command: serve, inspect, check, record."""
 
 from __future__ import annotations
 
@@ -26,7 +26,21 @@ def _parser() -> argparse.ArgumentParser:
 
     check = verbs.add_parser("check", help="validate a scenario or suite; exit 1 on any error")
     check.add_argument("path", type=Path)
+    _add_record(verbs)
     return parser
+
+
+def _add_record(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    record = verbs.add_parser("record", help="proxy a real upstream and record its answers as a session tree")
+    record.add_argument("--upstream", required=True, metavar="URL",
+                        help="the upstream's base URL, /v1 included (e.g. https://api.openai.com/v1)")
+    record.add_argument("--out", required=True, type=Path, metavar="DIR", help="new or empty folder to record into")
+    record.add_argument("--pack", action="store_true", help="write packed chunk rows")
+    record.add_argument("--redact", action="append", default=[], metavar="REGEX",
+                        help="mask matches in every recorded string (repeatable)")
+    record.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    record.add_argument("--port", type=int, default=8080, help="port to listen on; 0 picks a free one")
+    record.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -35,6 +49,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mockllm.serve import serve_forever
 
         return serve_forever(args.path, from_arguments(args))
+    if args.verb == "record":
+        from mockllm.record import RecordOptions, record_forever
+
+        return record_forever(RecordOptions(args.upstream, args.out, pack=args.pack, redact=tuple(args.redact),
+                                            host=args.host, port=args.port, log_level=args.log_level))
     if args.verb == "inspect":
         from mockllm.inspect import run_inspect
 

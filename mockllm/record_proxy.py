@@ -1,0 +1,225 @@
+"""The record-mode proxy: forwards each model call to the upstream, streams its answer back to the
+client as it arrives, and hands what it saw to the session tree.
+
+Every registered dialect's route is served under `/v1` and forwarded to the upstream base plus the
+same path. Each upstream piece is written to the client the moment it arrives (no buffering:
+recording reads a copy of the bytes, it never holds them back), and is fed to the dialect's stream
+decoder with its arrival time. The call is recorded when it ends. Other `/v1/...` requests
+(`GET /v1/models`, ...) are forwarded and not recorded.
+
+Headers: the client's headers go upstream as they came (hop-by-hop ones aside), mockllm's own
+included: an upstream that is itself a mockllm (replaying a tree while a new one is recorded)
+routes by them, and a provider ignores them. Secrets (`Authorization`, `x-api-key`, ...) are
+forwarded and never written: nothing from a request's headers reaches the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import aiohttp
+import msgspec
+from aiohttp import web
+from multidict import CIMultiDict
+
+from mockllm.chunks import Failure, FinishChunk, FinishReason
+from mockllm.conversations import ConversationIndex
+from mockllm.errors import RequestError
+from mockllm.record_call import ObservedCall, TimedChunk, observe
+from mockllm.record_replies import reply_events
+from mockllm.record_tree import Failed, Lineage, SessionTree
+from mockllm.sse_reader import Event, SSEReader
+from mockllm.wire import DIALECTS
+from mockllm.wire.dialect import Dialect, Request, StreamDecoder
+
+log = logging.getLogger("mockllm.record")
+
+SESSION_HEADERS = ("x-mockllm-session", "x-deepseek-harness-session-id")
+PARENT_HEADER = "x-mockllm-parent"
+FORK_HEADER = "x-mockllm-fork"
+# Hop-by-hop and framing headers: each side of the proxy sets its own.
+_HOP = frozenset(("host", "connection", "keep-alive", "transfer-encoding", "content-length", "te", "trailer",
+                  "upgrade", "proxy-authorization", "proxy-connection", "accept-encoding", "content-encoding"))
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Recorder:
+    """Routes each call to its session and records it into `tree`."""
+
+    def __init__(self, tree: SessionTree, upstream: str, client: aiohttp.ClientSession) -> None:
+        self.tree = tree
+        self.upstream = upstream.rstrip("/")
+        self.client = client
+        self._conversations = ConversationIndex()
+        self._headerless: dict[str, str] = {}  # conversation live id -> recorded session id
+        self._replies: dict[str, str] = {}  # upstream reply id -> recorded session id (Responses chains)
+
+    def session_of(self, headers: Mapping[str, str], request: Request) -> str:
+        """The calling session's recorded id: its header, the chain it continues, else its conversation."""
+        for name in SESSION_HEADERS:
+            value = headers.get(name)
+            if value:
+                return value
+        if request.continues is not None and request.continues in self._replies:
+            return self._replies[request.continues]
+        live_id, _ = self._conversations.route(request.messages)
+        return self._headerless.setdefault(live_id, self.tree.new_id())
+
+    async def forward(self, request: web.Request, dialect: Dialect | None) -> web.StreamResponse:
+        body = await request.read()
+        neutral: Request | None = None
+        if dialect is not None:
+            try:
+                neutral = dialect.decode_request(body)
+            except RequestError as exc:
+                log.warning("%s: not recorded: %s", request.path, exc)
+        url = self.upstream + request.path_qs[len("/v1"):]
+        started = now_ms()
+        try:
+            upstream = await self.client.request(request.method, url, data=body, headers=_forwarded(request.headers))
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            # Nothing was answered, so nothing is recorded: the call never happened as far as replay goes.
+            reason = str(exc) or type(exc).__name__
+            message = f"mockllm record: cannot reach the upstream {url}: {reason}"
+            log.warning("%s", message)
+            error = (dialect or DIALECTS[0]).error_body(message, "upstream_unreachable", 502)
+            return web.Response(status=502, body=error, content_type="application/json",
+                                headers={"x-should-retry": "false"})
+        async with upstream:
+            if dialect is None or neutral is None:
+                return await _relay(request, upstream)
+            session = self.session_of(request.headers, neutral)
+            lineage = Lineage(request.headers.get(PARENT_HEADER) or None,
+                              request.headers.get(FORK_HEADER, "").strip().lower() in ("true", "1", "yes"))
+            call = observe(neutral.messages, started)
+            if upstream.status >= 400:
+                response = await _relay(request, upstream)
+                failed = _failure(upstream.status, response.body if isinstance(response.body, bytes) else b"")
+                self.tree.record_failure(session, lineage, call, failed)
+                return response
+            if neutral.stream and upstream.content_type == "text/event-stream":
+                return await self._stream(request, upstream, dialect, session, lineage, call)
+            response = await _relay(request, upstream)
+            events = reply_events(dialect.name, response.body if isinstance(response.body, bytes) else b"")
+            if events is None:
+                log.warning("session %s: a %s reply that is not a stream was forwarded but not recorded",
+                            session, dialect.name)
+                return response
+            decoder = dialect.stream_decoder()
+            end = now_ms()
+            self._decode(decoder, events, call, end, session)
+            call.chunks.extend(TimedChunk(end, c) for c in decoder.close())
+            self.tree.record(session, lineage, call)
+            return response
+
+    async def _stream(self, request: web.Request, upstream: aiohttp.ClientResponse, dialect: Dialect,
+                      session: str, lineage: Lineage, call: ObservedCall) -> web.StreamResponse:
+        response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
+                                      headers=_returned(upstream.headers))
+        decoder = dialect.stream_decoder()
+        reader = SSEReader()
+        outcome = "done"
+        try:
+            await response.prepare(request)
+            async for piece in upstream.content.iter_any():
+                await response.write(piece)  # first: the client never waits for the recorder
+                self._decode(decoder, reader.feed(piece), call, now_ms(), session)
+            await response.write_eof()
+        except (asyncio.CancelledError, ConnectionResetError):
+            outcome = "aborted"  # the client went away mid-answer, as when an agent cancels
+            raise
+        except aiohttp.ClientPayloadError:
+            outcome = "cut"  # the upstream broke off; the client sees the same cut
+        finally:
+            end = now_ms()
+            self._decode(decoder, reader.close(), call, end, session)
+            closing = decoder.close()
+            if outcome == "aborted":
+                closing[-1] = FinishChunk(FinishReason("aborted"))
+            call.chunks.extend(TimedChunk(end, c) for c in closing)
+            finish = call.finish
+            if finish is not None and finish.kind == "error" and outcome != "aborted":
+                failure = finish.failure or Failure(finish.message, finish.code)
+                self.tree.record_cut(session, lineage, call, failure)
+            else:
+                self.tree.record(session, lineage, call)
+        return response
+
+    def _decode(self, decoder: StreamDecoder, events: Iterable[Event], call: ObservedCall, at: int,
+                session: str) -> None:
+        for name, data in events:
+            self._remember_reply(data, session)
+            try:
+                chunks = decoder.feed(name, data)
+            except (msgspec.DecodeError, ValueError, TypeError, AttributeError) as exc:
+                log.warning("session %s: an upstream event could not be read and is not recorded: %s", session, exc)
+                continue
+            call.chunks.extend(TimedChunk(at, c) for c in chunks)
+
+    def _remember_reply(self, data: bytes, session: str) -> None:
+        """A reply id a later header-less request may continue (`previous_response_id`)."""
+        if b'"response.created"' not in data and b'"response.completed"' not in data:
+            return
+        try:
+            payload = msgspec.json.decode(data)
+        except msgspec.DecodeError:
+            return
+        if isinstance(payload, dict):
+            reply = payload.get("response")
+            if isinstance(reply, dict) and isinstance(reply.get("id"), str):
+                self._replies[reply["id"]] = session
+
+
+def _forwarded(headers: Mapping[str, str]) -> CIMultiDict[str]:
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in headers.items():
+        if name.lower() not in _HOP:
+            out.add(name, value)
+    out["Accept-Encoding"] = "identity"  # the recorder reads the stream it forwards
+    return out
+
+
+def _returned(headers: Mapping[str, str]) -> CIMultiDict[str]:
+    return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in _HOP)
+
+
+async def _relay(request: web.Request, upstream: aiohttp.ClientResponse) -> web.Response:
+    """A whole upstream answer, passed on as it came."""
+    body = await upstream.read()
+    return web.Response(status=upstream.status, reason=upstream.reason, body=body,
+                        headers=_returned(upstream.headers))
+
+
+def _failure(status: int, body: bytes) -> Failed:
+    """An error answer's message and code, from `{"error":{"message","code"|"type"}}` (OpenAI, Anthropic)."""
+    error: Any = None
+    with contextlib.suppress(msgspec.DecodeError, AttributeError):
+        error = msgspec.json.decode(body).get("error")
+    if not isinstance(error, dict):
+        text = body.decode("utf-8", "replace").strip()
+        return Failed(status, text or f"HTTP {status}", f"HTTP_{status}")
+    code = error.get("code") or error.get("type")
+    return Failed(status, str(error.get("message") or f"HTTP {status}"), str(code) if code else f"HTTP_{status}")
+
+
+def create_app(recorder: Recorder) -> web.Application:
+    app = web.Application(client_max_size=1024**3)
+    for dialect in DIALECTS:
+        app.router.add_post("/v1" + dialect.path, _handler(recorder, dialect))
+    app.router.add_route("*", "/v1/{tail:.*}", _handler(recorder, None))
+    return app
+
+
+def _handler(recorder: Recorder, dialect: Dialect | None) -> Any:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return await recorder.forward(request, dialect)
+
+    return handle

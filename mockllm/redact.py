@@ -1,0 +1,122 @@
+"""`--redact REGEX`: mask secrets in every string the recorder writes.
+
+A streamed answer arrives in fragments, and a secret can straddle two of them, where no pattern
+sees it. So the deltas of one block are masked together: matches are found in the block's whole
+text and the characters they cover are cut from every fragment, the mask standing where a match
+starts. The masked fragments then still join to the masked whole (the `block-end` text), and a
+replay streams no piece of the secret.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import msgspec
+
+from mockllm.chunks import Block, BlockEnd, Failure, FinishChunk, ReasoningDelta, StreamChunk, TextDelta, ToolCallDelta
+
+MASK = "[REDACTED]"
+
+
+class Redactor:
+    def __init__(self, patterns: Iterable[str | re.Pattern[str]] = ()) -> None:
+        self.patterns = [p if isinstance(p, re.Pattern) else re.compile(p) for p in patterns]
+
+    def __bool__(self) -> bool:
+        return bool(self.patterns)
+
+    def text(self, value: str) -> str:
+        for pattern in self.patterns:
+            value = pattern.sub(MASK, value)
+        return value
+
+    def value(self, value: Any) -> Any:
+        """Every string inside a JSON-like value masked (keys are the format's, not data)."""
+        if not self.patterns:
+            return value
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, list):
+            return [self.value(v) for v in value]
+        if isinstance(value, dict):
+            return {k: self.value(v) for k, v in value.items()}
+        return value
+
+    def fragments(self, parts: Sequence[str]) -> list[str]:
+        """`parts` masked as one text: `"".join(result) == self.text("".join(parts))`."""
+        out = list(parts)
+        for pattern in self.patterns:
+            out = _mask_across(pattern, out)
+        return out
+
+
+def _mask_across(pattern: re.Pattern[str], parts: list[str]) -> list[str]:
+    whole = "".join(parts)
+    spans = [m.span() for m in pattern.finditer(whole) if m.end() > m.start()]
+    if not spans:
+        return parts
+    out: list[str] = []
+    start = 0  # offset of the current part in `whole`
+    for part in parts:
+        end = start + len(part)
+        pieces: list[str] = []
+        cursor = start
+        for s, e in spans:
+            if e <= cursor or s >= end:
+                continue
+            if s >= cursor:
+                pieces.append(whole[cursor:s])
+                pieces.append(MASK)  # the mask goes where the match starts, once
+            cursor = max(cursor, min(e, end))
+        pieces.append(whole[cursor:end])
+        out.append("".join(pieces))
+        start = end
+    return out
+
+
+def redact_chunks(redactor: Redactor, chunks: Sequence[StreamChunk]) -> list[StreamChunk]:
+    """A call's chunks with every string masked; each block's deltas are masked together."""
+    if not redactor:
+        return list(chunks)
+    deltas: dict[int, list[int]] = {}  # block index -> positions of its delta chunks
+    for position, chunk in enumerate(chunks):
+        if isinstance(chunk, TextDelta | ReasoningDelta | ToolCallDelta):
+            deltas.setdefault(chunk.index, []).append(position)
+    out: list[StreamChunk] = [_redact_chunk(redactor, c) for c in chunks]
+    for positions in deltas.values():
+        texts = [_delta_text(chunks[p]) for p in positions]
+        for p, text in zip(positions, redactor.fragments(texts), strict=True):
+            chunk = out[p]
+            if isinstance(chunk, ToolCallDelta):
+                out[p] = msgspec.structs.replace(chunk, argumentsDelta=text)
+            else:
+                assert isinstance(chunk, TextDelta | ReasoningDelta)
+                out[p] = msgspec.structs.replace(chunk, text=text)
+    return out
+
+
+def _delta_text(chunk: StreamChunk) -> str:
+    if isinstance(chunk, ToolCallDelta):
+        return chunk.argumentsDelta
+    assert isinstance(chunk, TextDelta | ReasoningDelta)
+    return chunk.text
+
+
+def _redact_chunk(redactor: Redactor, chunk: StreamChunk) -> StreamChunk:
+    """Every string but the deltas' fragments (masked per block by the caller)."""
+    mask = redactor.value
+    if isinstance(chunk, ToolCallDelta):
+        return msgspec.structs.replace(chunk, id=mask(chunk.id), name=mask(chunk.name))
+    if isinstance(chunk, BlockEnd):
+        block = chunk.block
+        return BlockEnd(chunk.index, Block(block.type, text=mask(block.text), id=mask(block.id),
+                                           name=mask(block.name), arguments=mask(block.arguments)))
+    if isinstance(chunk, FinishChunk):
+        reason = chunk.reason
+        failure = reason.failure
+        return FinishChunk(msgspec.structs.replace(
+            reason, message=mask(reason.message), code=mask(reason.code),
+            failure=None if failure is None else Failure(mask(failure.message), mask(failure.code))))
+    return chunk

@@ -1,0 +1,54 @@
+"""`mockllm record` as a user runs it: a process on a free port that finishes the tree on SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+import openai
+
+from mockllm.check import check_suite
+from mockllm.scenario import load_suite
+from tests.conftest import ROOT, corpus_or_skip, new_run
+
+
+async def test_record_verb_prints_its_base_url_and_finishes_the_tree_on_sigint(serve, tmp_path):
+    scenario_dir = corpus_or_skip() / "v0-unpacked" / "acp-agent--text-turn"
+    upstream = await serve(scenario_dir)
+    _, upstream_base = await new_run(upstream.base_url, scenario_dir.name)
+    out = tmp_path / "mine"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "mockllm.cli", "record", "--upstream", upstream_base, "--out", str(out),
+        "--port", "0", "--pack", cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        assert process.stdout is not None
+        banner = (await asyncio.wait_for(process.stdout.readline(), 20)).decode()
+        assert "forwarding to " + upstream_base in banner
+        base_url = (await process.stdout.readline()).decode().strip()
+        assert base_url.startswith("http://127.0.0.1:") and base_url.endswith("/v1")
+        async with openai.AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0) as client:
+            stream = await client.chat.completions.create(model="m", stream=True,
+                                                          messages=[{"role": "user", "content": "hello"}])
+            assert [c async for c in stream]
+        process.send_signal(signal.SIGINT)
+        rest, errors = await asyncio.wait_for(process.communicate(), 20)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode == 0, errors
+    assert "recorded session.jsonl" in rest.decode()
+    suite = load_suite(out, keep_logs=True)
+    assert [len(s.entries) for s in suite.scenarios["mine"].sessions] == [1]
+    assert check_suite(suite) == []
+
+
+async def test_record_refuses_a_folder_that_already_holds_a_recording(tmp_path):
+    (tmp_path / "session.jsonl").write_text("")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "mockllm.cli", "record", "--upstream", "http://127.0.0.1:9/v1", "--out", str(tmp_path),
+        "--port", "0", cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    _, errors = await asyncio.wait_for(process.communicate(), 20)
+    assert process.returncode == 2
+    assert "already holds a recording" in errors.decode()

@@ -1,0 +1,121 @@
+"""The recorder's pure parts: SSE splitting across pieces, redaction across fragments, call -> events."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from mockllm.chunks import Block, BlockEnd, BlockStart, FinishChunk, FinishReason, TextDelta, ToolCallDelta
+from mockllm.inputs import recorded_inputs
+from mockllm.record_call import ObservedCall, TimedChunk, observe
+from mockllm.record_events import SessionEvents
+from mockllm.redact import MASK, Redactor, redact_chunks
+from mockllm.sse_reader import SSEReader
+from mockllm.wire.dialect import Message, ToolCall
+from mockllm.writer import encode_rows
+
+STREAM = b'data: {"a":1}\r\n\r\nevent: x\ndata: {"b":2}\ndata: {"c":3}\n\n: keep-alive\n\ndata: [DONE]\n\n'
+EVENTS = [(None, b'{"a":1}'), ("x", b'{"b":2}\n{"c":3}'), (None, b"[DONE]")]
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, len(STREAM)], ids=lambda n: f"pieces-of-{n}")
+def test_sse_reader_gives_the_same_events_however_the_bytes_are_split(size):
+    reader = SSEReader()
+    events = []
+    for start in range(0, len(STREAM), size):
+        events += reader.feed(STREAM[start:start + size])
+    assert events + reader.close() == EVENTS
+
+
+def test_sse_reader_keeps_a_last_event_that_lacks_its_blank_line():
+    reader = SSEReader()
+    assert reader.feed(b'data: {"a":1}\n\ndata: {"z"') == [(None, b'{"a":1}')]
+    assert reader.feed(b":0}") == []
+    assert reader.close() == [(None, b'{"z":0}')]
+
+
+@pytest.mark.parametrize(("parts", "expected"), [
+    (["key sk-ab", "c1 ok"], ["key " + MASK, " ok"]),
+    (["sk-", "abc", "!"], [MASK, "", "!"]),
+    (["a sk-x b sk-y"], [f"a {MASK} b {MASK}"]),
+    (["nothing here"], ["nothing here"]),
+], ids=["straddles-two", "spans-three", "two-in-one", "no-match"])
+def test_redaction_masks_a_secret_however_it_is_split(parts, expected):
+    redactor = Redactor([r"sk-[a-z0-9]+"])
+    masked = redactor.fragments(parts)
+    assert masked == expected
+    assert "".join(masked) == redactor.text("".join(parts))
+
+
+def test_redacted_chunks_keep_deltas_and_block_end_in_agreement():
+    chunks = [BlockStart(0, "tool-call"), ToolCallDelta(0, '{"k":"sk-a', "c1", "f"), ToolCallDelta(0, 'b"}', "c1", "f"),
+              BlockEnd(0, Block("tool-call", id="c1", name="f", arguments='{"k":"sk-ab"}')),
+              FinishChunk(FinishReason("tool-calls"))]
+    out = redact_chunks(Redactor([r"sk-[a-z0-9]+"]), chunks)
+    deltas = "".join(c.argumentsDelta for c in out if isinstance(c, ToolCallDelta))
+    assert deltas == out[3].block.arguments == '{"k":"[REDACTED]"}'
+
+
+def _call(messages, chunks, started=10):
+    call = observe(messages, started)
+    call.chunks = [TimedChunk(started + 1 + n, c) for n, c in enumerate(chunks)]
+    return call
+
+
+TOOL_ANSWER = [BlockStart(0, "tool-call"), ToolCallDelta(0, "{}", "c1", "bash"),
+               BlockEnd(0, Block("tool-call", id="c1", name="bash", arguments="{}")),
+               FinishChunk(FinishReason("tool-calls"))]
+TEXT_ANSWER = [BlockStart(0, "text"), TextDelta(0, "done"), BlockEnd(0, Block("text", text="done")),
+               FinishChunk(FinishReason("stop"))]
+
+
+def test_a_tool_step_then_a_text_step_are_one_turn_laid_out_as_dsh_writes_it():
+    events = SessionEvents()
+    first = events.call(_call([Message("system", "sys"), Message("user", "run it")], TOOL_ANSWER), Redactor())
+    assert (events.turn_open, events.step_open, events.completed) == (True, True, 0)
+    second = events.call(_call([Message("user", "run it"), Message("assistant", "", (ToolCall("c1", "bash", "{}"),)),
+                                Message("tool", "ok", tool_call_id="c1")], TEXT_ANSWER, 50), Redactor())
+    rows = [*first, *second]
+    kinds = [r["type"] if isinstance(r, dict) else r.type for r in rows]
+    assert kinds == ["turn/start", "user/message", "step/start", *["assistant/chunk"] * 4, "assistant/message",
+                     "tool/call", "tool/result", "step/end", "step/start", *["assistant/chunk"] * 4,
+                     "assistant/message", "step/end", "turn/end"]
+    assert [r["seq"] if isinstance(r, dict) else r.seq for r in rows] == list(range(len(rows)))
+    assert events.completed == len(rows) and events.completed_turn == 1, "a fork now inherits the whole turn"
+    # What replay reads back as each call's recorded inputs: the user's message, then the tool result.
+    raw = {r["type"]: msgspec.Raw(msgspec.json.encode(r["data"])) for r in rows if isinstance(r, dict)}
+    assert recorded_inputs("user/message", raw["user/message"])[0].text == "run it"
+    result = recorded_inputs("tool/result", raw["tool/result"])[0]
+    assert (result.text, result.tool_call_id) == ("ok", "c1")
+    assert encode_rows(rows, pack=True)  # packable as written
+
+
+def test_a_request_ending_in_a_user_message_starts_the_next_turn_and_numbers_continue_after_a_seed():
+    events = SessionEvents(first_seq=44, turn=1)  # a fork child after its parent's first turn
+    rows = events.call(_call([Message("user", "a"), Message("assistant", "b"), Message("user", "task")], TEXT_ANSWER),
+                       Redactor())
+    assert rows[0] == {"type": "turn/start", "seq": 44, "time": 10,
+                       "data": {"turn": 2, "trigger": {"kind": "message", "source": {"kind": "user"}}}}
+    assert [r["data"]["content"][0]["text"] for r in rows if isinstance(r, dict) and r["type"] == "user/message"] == [
+        "task"], "only what came after the last assistant message is a new input"
+
+
+def test_closing_ends_an_open_step_and_turn():
+    events = SessionEvents()
+    events.call(_call([Message("user", "go")], TOOL_ANSWER), Redactor())
+    closing = events.closing(99)
+    assert [r["type"] for r in closing] == ["step/end", "turn/end"]
+    assert events.closing(100) == []
+
+
+def test_an_error_finish_ends_the_turn_with_its_reason():
+    events = SessionEvents()
+    failure = FinishReason("error", failure=None, message="boom", code="HTTP_500")
+    rows = events.call(_call([Message("user", "go")], [FinishChunk(failure)]), Redactor())
+    assert rows[-1]["data"]["reason"] == {"kind": "error", "step": 1, "message": "boom", "code": "HTTP_500"}
+
+
+def test_observed_call_knows_when_the_answer_calls_tools():
+    assert _call([Message("user", "x")], TOOL_ANSWER).calls_tools
+    assert not _call([Message("user", "x")], TEXT_ANSWER).calls_tools
+    assert isinstance(observe([], 0), ObservedCall) and not observe([], 0).starts_turn
