@@ -351,3 +351,16 @@ def test_the_pace_bench_expects_the_schedule_mockllm_serves(tmp_path: Path) -> N
     chunks, jumps = chunk_offsets(timing)
     assert jumps == 0
     assert frame_offsets(sources, chunks) == bench_pace.intended("recorded", config)
+
+
+def test_the_dialect_bench_runs_and_every_dialect_answers(tmp_path: Path) -> None:
+    out = tmp_path / "dialects.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPTS / "bench_dialects.py"), "--quick", "--json", str(out)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    result = json.loads(out.read_text())
+    assert set(result["dialects"]) == {"chat", "messages", "responses"}
+    assert all(d["answered"] == 200 for d in result["dialects"].values())
+    assert "server CPU per streamed request" in done.stdout
