@@ -24,6 +24,7 @@ from aiohttp import web
 from mockllm.record_proxy import Recorder, create_app
 from mockllm.record_tree import SessionTree
 from mockllm.redact import Redactor
+from mockllm.serve import RunningServer
 
 SHUTDOWN_TIMEOUT = 1.0
 
@@ -39,21 +40,14 @@ class RecordOptions:
     log_level: str = "warning"
 
 
-class RunningRecorder:
+class RunningRecorder(RunningServer):
     """A started proxy; `base_url` is `http://host:port` (clients use `base_url + "/v1"`)."""
 
     def __init__(self, runner: web.AppRunner, client: aiohttp.ClientSession, tree: SessionTree,
                  host: str, port: int) -> None:
-        self.runner = runner
+        super().__init__(runner, host, port)
         self.client = client
         self.tree = tree
-        self.host = host
-        self.port = port
-
-    @property
-    def base_url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
 
     async def close(self) -> None:
         """Stop serving (calls in flight end as the client leaving would), then finish the tree."""

@@ -60,12 +60,16 @@ Every response is verified (Verifier), exactly and cheaply:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
 import resource
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -541,6 +545,33 @@ CLIENTS = {"raw": (Http, CLIENT), "aiohttp": (AiohttpHttp, "aiohttp's client (on
 
 # ---------------------------------------------------------------------------------------------
 # Measurements
+
+
+@contextlib.contextmanager
+def mockllm_process(args: list[str]) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """Run `python -m mockllm.cli ARGS` (this checkout's); yields it and the first base URL it
+    prints on a line of its own (`  http://127.0.0.1:PORT/...`), and stops it on exit.
+    `root_url(url)` is the server's own address."""
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    process = subprocess.Popen([sys.executable, "-m", "mockllm.cli", *args], cwd=root, env=env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if line.strip().startswith("http"):
+                yield process, line.strip()
+                return
+        raise RuntimeError(f"mockllm {args[0]} did not start: {process.stderr.read() if process.stderr else ''}")
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def root_url(url: str) -> str:
+    """`http://host:port` of any URL on that server."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def proc_cpu_seconds(pid: int) -> float:

@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -34,7 +33,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT))
 
 import bench  # noqa: E402
-from bench_client import proc_cpu_seconds  # noqa: E402
+from bench_client import mockllm_process, proc_cpu_seconds, root_url  # noqa: E402
 
 TARGET = 1.25
 CONNECTIONS = 16
@@ -119,20 +118,8 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / SCENARIO
         bench.write_stream_scenario(folder)
-        server = subprocess.Popen(
-            [sys.executable, "-m", "mockllm.cli", "serve", str(folder), "--port", "0"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, stdin=subprocess.DEVNULL,
-            env=bench.child_env())
-        try:
-            assert server.stdout is not None
-            first = server.stdout.readline()
-            if " on http" not in first:
-                errors = server.stderr.read() if server.stderr else ""
-                raise RuntimeError(f"mockllm serve did not start: {first}{errors}")
-            result = asyncio.run(measure(first.rsplit(" on ", 1)[1].strip(), server.pid, requests, rounds))
-        finally:
-            server.terminate()
-            server.wait(timeout=10)
+        with mockllm_process(["serve", str(folder), "--port", "0"]) as (server, url):
+            result = asyncio.run(measure(root_url(url), server.pid, requests, rounds))
     print(f"== Dialects: server CPU per streamed request, {requests:,} requests per dialect per round, "
           f"median of {rounds} round(s); ratio to chat completions within each round ==")
     print(f"{'dialect':<10} {'CPU/request (us)':>17} {'ratio':>6} {'range':>12} {'target':>8}  result")

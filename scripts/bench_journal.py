@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -33,7 +32,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_client import proc_rss_kb  # noqa: E402
+from bench_client import mockllm_process, proc_rss_kb, root_url  # noqa: E402
 from make_recordings import build_all  # noqa: E402
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "retry " * 150}], "stream": False}
@@ -126,20 +125,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         scenario = write_scenario(Path(tmp))
-        server = subprocess.Popen(
-            [sys.executable, "-m", "mockllm.cli", "serve", str(Path(tmp) / scenario), "--port", "0"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, stdin=subprocess.DEVNULL)
-        try:
-            assert server.stdout is not None
-            first = server.stdout.readline()  # "mockllm serving 1 scenario(s) from DIR on http://127.0.0.1:PORT"
-            if " on http" not in first:
-                errors = server.stderr.read() if server.stderr else ""
-                raise RuntimeError(f"mockllm serve did not start: {first}{errors}")
-            base = first.rsplit(" on ", 1)[1].strip()
-            result = asyncio.run(measure(base, server.pid, scenario, args.calls))
-        finally:
-            server.terminate()
-            server.wait(timeout=10)
+        with mockllm_process(["serve", str(Path(tmp) / scenario), "--port", "0"]) as (server, url):
+            result = asyncio.run(measure(root_url(url), server.pid, scenario, args.calls))
     print(f"retry storm: {result['calls']:,} calls past the end of one run's script "
           f"(server RSS before: {result['rss_before_mib']:.1f} MiB)")
     print(f"  storm growth      {result['storm_growth_mib']:6.2f} MiB   (limit {GROWTH_LIMIT_MIB} MiB)")

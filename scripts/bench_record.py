@@ -20,9 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,6 +31,9 @@ import aiohttp
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench_client import mockllm_process, proc_cpu_seconds, root_url  # noqa: E402
 
 from mockllm.chunks import Block, BlockEnd, BlockStart, FinishChunk, FinishReason, TextDelta, TokenUsage, UsageChunk  # noqa: E402
 from mockllm.header import SessionHeader  # noqa: E402
@@ -70,26 +71,6 @@ def make_tree(folder: Path, calls: int, deltas: int) -> Path:
     return folder
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process so far (Linux /proc; elsewhere NaN)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def start(args: list[str]) -> tuple[subprocess.Popen[str], str]:
-    """Start a mockllm process; returns it and the first base URL it prints on a line of its own."""
-    process = subprocess.Popen([sys.executable, "-m", "mockllm.cli", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-    assert process.stdout is not None
-    for line in process.stdout:
-        if line.strip().startswith("http"):
-            return process, line.strip()
-    raise SystemExit(f"{args[0]} did not start: {process.stderr.read() if process.stderr else ''}")
-
-
 async def new_run(http: aiohttp.ClientSession, server: str) -> str:
     async with http.post(f"{server}/_mockllm/runs", json={"scenario": "tree"}) as response:
         return str((await response.json())["base_url"])
@@ -113,9 +94,9 @@ async def one_call(http: aiohttp.ClientSession, url: str, n: int, headers: dict[
 async def phase(http: aiohttp.ClientSession, url: str, calls: int, headers: dict[str, str],
                 pids: list[int]) -> dict[str, Any]:
     await one_call(http, url, 0, headers)  # warm-up: connections, first-call paths
-    cpu0 = [cpu_seconds(p) for p in pids]
+    cpu0 = [proc_cpu_seconds(p) for p in pids]
     results = [await one_call(http, url, n, headers) for n in range(1, calls)]
-    cpu1 = [cpu_seconds(p) for p in pids]
+    cpu1 = [proc_cpu_seconds(p) for p in pids]
     ttfb = sorted(r[0] * 1000 for r in results)
     return {"calls": len(results), "ttfb_p50_ms": statistics.median(ttfb), "ttfb_p90_ms": ttfb[int(len(ttfb) * 0.9)],
             "total_p50_ms": statistics.median(r[1] * 1000 for r in results),
@@ -125,25 +106,17 @@ async def phase(http: aiohttp.ClientSession, url: str, calls: int, headers: dict
 async def measure(calls: int, deltas: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         tree = make_tree(Path(tmp) / "tree", calls + 1, deltas)
-        upstream, upstream_v1 = start(["serve", str(tree), "--port", "0"])
-        upstream_url = upstream_v1.removesuffix("/v1")
-        try:
+        with mockllm_process(["serve", str(tree), "--port", "0"]) as (upstream, upstream_v1):
+            upstream_url = root_url(upstream_v1)
             async with aiohttp.ClientSession() as http:
                 direct_base = await new_run(http, upstream_url)
                 proxied_base = await new_run(http, upstream_url)
-                recorder, recorder_url = start(["record", "--upstream", proxied_base, "--out",
-                                                str(Path(tmp) / "recorded"), "--port", "0"])
-                try:
+                with mockllm_process(["record", "--upstream", proxied_base, "--out", str(Path(tmp) / "recorded"),
+                                      "--port", "0"]) as (recorder, recorder_url):
                     headers = {"x-mockllm-session": SESSION}
                     direct = await phase(http, direct_base + "/chat/completions", calls, headers, [upstream.pid])
                     proxied = await phase(http, recorder_url + "/chat/completions", calls, headers,
                                           [upstream.pid, recorder.pid])
-                finally:
-                    recorder.terminate()
-                    recorder.wait(10)
-        finally:
-            upstream.terminate()
-            upstream.wait(10)
         recorded = (Path(tmp) / "recorded" / "session.jsonl").stat().st_size
     upstream_cpu = direct["cpu_ms_per_call"][0]
     recorder_cpu = proxied["cpu_ms_per_call"][1]
