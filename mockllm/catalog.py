@@ -44,8 +44,6 @@ class Catalog:
         self._created = [int(s.created_at // 1000) for s in scenario.sessions] + [0] * len(scenario.side_routes)
         self._models = [self.model] * len(scenario.sessions) + [r.model for r in scenario.side_routes]
         self._placeholders = [[_scan(entry) for entry in entries] for entries in self._scripts]
-        # When each entry's chunks came, for --pace recorded; side routes keep none.
-        self._timings: list[list[Timing | None]] = [s.timings for s in scenario.sessions]
         self._rendered: dict[str, list[list[_Rendered | None]]] = {}
 
     def entry(self, script: int, call: int) -> Entry:
@@ -53,7 +51,8 @@ class Catalog:
 
     def timing(self, script: int, call: int) -> Timing | None:
         """When entry `call`'s chunks were recorded; None when they were not (projected, scripted, side route)."""
-        timings = self._timings[script] if script < len(self._timings) else []
+        sessions = self.scenario.sessions  # side routes (scripts past the sessions) keep no times
+        timings = sessions[script].timings if script < len(sessions) else []
         return timings[call] if call < len(timings) else None
 
     def side_script(self, route: int) -> int:

@@ -40,7 +40,70 @@ def parts_text(content: Any) -> str:
     return msgspec.json.encode(content).decode()
 
 
+class _Part(msgspec.Struct):
+    type: str | None = None
+    text: str | None = None
+    toolCallId: str | None = None
+    content: str | list[_Part] | None = None
+
+
+Content = str | list[_Part] | None
+
+
+class _Source(msgspec.Struct):
+    callId: str | None = None
+
+
+class _ToolMessage(msgspec.Struct):
+    content: Content = None
+    source: _Source | None = None
+
+
+class _Recorded(msgspec.Struct):
+    """`data` of a user/message or tool/result event, only the fields inputs need (others skipped)."""
+
+    content: Content = None
+    callId: str | None = None
+    message: _ToolMessage | None = None
+
+
+_recorded_decoder = msgspec.json.Decoder(_Recorded)
+
+
+def _text(content: Content) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(part.text for part in content if part.text is not None)
+
+
 def recorded_inputs(event_type: str, raw: msgspec.Raw) -> list[Input]:
+    """The inputs one `user/message` or `tool/result` event records (none for anything else).
+
+    Two tool/result layouts exist: older logs put `callId` and `content` on the data; newer ones
+    nest a message whose `tool-result` parts each name their `toolCallId`. Decoded into structs
+    that keep only these fields (a load reads every one); any other shape takes the general path.
+    """
+    try:
+        data = _recorded_decoder.decode(raw)
+    except msgspec.DecodeError:
+        return _recorded_inputs_generic(event_type, raw)
+    if event_type == USER_MESSAGE:
+        return [Input("user", _text(data.content))]
+    if event_type != TOOL_RESULT:
+        return []
+    message = data.message
+    if message is not None:
+        parts = message.content if isinstance(message.content, list) else []
+        results = [p for p in parts if p.type == "tool-result"]
+        if results:
+            return [Input("tool", _text(p.content), p.toolCallId) for p in results]
+        return [Input("tool", _text(message.content), message.source.callId if message.source else None)]
+    return [Input("tool", _text(data.content), data.callId)]
+
+
+def _recorded_inputs_generic(event_type: str, raw: msgspec.Raw) -> list[Input]:
     """The inputs one `user/message` or `tool/result` event records (none for anything else).
 
     Two tool/result layouts exist: older logs put `callId` and `content` on the data; newer ones
@@ -64,3 +127,35 @@ def recorded_inputs(event_type: str, raw: msgspec.Raw) -> list[Input]:
         source = message.get("source") or {}
         return [Input("tool", parts_text(message.get("content")), source.get("callId"))]
     return [Input("tool", parts_text(data.get("content")), data.get("callId"))]
+
+
+class RecordedInputs(msgspec.Struct, gc=False):
+    """A call's recorded inputs, kept as the events' JSON and decoded on first use (`items`).
+
+    A load reads every log of a suite, and most inputs are never compared: copying an event's
+    bytes is far cheaper than decoding its text (tool outputs can be long). It holds only a str
+    and a bytes, and is not tracked by the cyclic collector: tracked objects made while a large
+    suite loads (a tuple per call was enough) trigger full collections over all it loaded so far.
+    """
+
+    kinds: str  # each event's type (user/message or tool/result), one per line
+    events: bytes  # a JSON array of each event's `data`, as recorded
+    decoded: tuple[Input, ...] | None = None
+
+    @classmethod
+    def of(cls, kinds: list[str], raws: list[bytes]) -> RecordedInputs | None:
+        """The inputs of events `kinds` with data `raws`; None when there are none."""
+        if not kinds:
+            return None
+        return cls("\n".join(kinds), b"[" + b",".join(raws) + b"]")
+
+    @property
+    def items(self) -> tuple[Input, ...]:
+        if self.decoded is None:
+            raws = _raw_list.decode(self.events)
+            self.decoded = tuple(item for kind, raw in zip(self.kinds.split("\n"), raws, strict=True)
+                                 for item in recorded_inputs(kind, raw))
+        return self.decoded
+
+
+_raw_list = msgspec.json.Decoder(list[msgspec.Raw])

@@ -217,10 +217,11 @@ class Run:
         for i in range(first, len(sessions)):
             recorded = sessions[i].inputs[0] if sessions[i].inputs else None
             if (i not in self._bound and sessions[i].entries and recorded
-                    and first_mismatch(recorded, live, masks=settings.masks, cwd=settings.cwd) is None):
+                    and first_mismatch(recorded.items, live, masks=settings.masks, cwd=settings.cwd) is None):
                 return i, None
-        recorded = (sessions[first].inputs[0] if sessions[first].inputs else None) or ()
-        what, expected, got, diff = compare_inputs(recorded, live, masks=settings.masks, cwd=settings.cwd) or (
+        first_recorded = sessions[first].inputs[0] if sessions[first].inputs else None
+        first_inputs = first_recorded.items if first_recorded else ()
+        what, expected, got, diff = compare_inputs(first_inputs, live, masks=settings.masks, cwd=settings.cwd) or (
             "its first request", "", "", "")
         return None, Divergence("binding", sessions[first].file, live_id, 0,
                                 f"{what} (no unbound session's first recorded call matches it; bound in "
@@ -253,8 +254,9 @@ class Run:
         strict): otherwise expected, got and diff stay empty."""
         describe = script not in self.divergences or self.settings.strict
         session = self.scenario.sessions[script]
-        recorded = session.inputs[call] if call < len(session.inputs) else None
-        if recorded:  # a call recorded with no inputs of its own (a retry) is not compared
+        inputs = session.inputs[call] if call < len(session.inputs) else None
+        if inputs:  # a call recorded with no inputs of its own (a retry) is not compared
+            recorded = inputs.items
             live = live_inputs(request.tail)
             cwd = self.settings.cwd
             number = first_mismatch(recorded, live, masks=self.settings.masks, cwd=cwd)

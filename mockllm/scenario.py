@@ -16,9 +16,9 @@ from pathlib import Path
 from mockllm.entries import Entry, tools_called
 from mockllm.errors import NotAScenarioError, RecordingError, ScenarioError
 from mockllm.header import SessionHeader, SessionKind
-from mockllm.inputs import Input
+from mockllm.inputs import RecordedInputs
 from mockllm.recording import SessionLog, read_log
-from mockllm.script import Timing, derive_script, recorded_model
+from mockllm.script import Timing, call_timings, derive_script, recorded_model
 from mockllm.side_routes import MANIFEST_FILE, SideRoute, SideRouteSpec, load_side_route, read_manifest
 from mockllm.sidecar import SIDECAR_FILE, Sidecar, read_sidecar
 
@@ -40,12 +40,29 @@ class SessionScript:
     entries: list[Entry]
     header: SessionHeader | None  # None for an override-only scenario's primary
     model: str | None  # the model the session called, as recorded
-    # Per entry: what the agent sent before it, and when its chunks came (script.DerivedScript).
-    inputs: list[tuple[Input, ...] | None] = field(default_factory=list)
-    timings: list[Timing | None] = field(default_factory=list)
+    # Per entry: what the agent sent before it, and which recorded call's times it keeps
+    # (script.DerivedScript); the times themselves are read from `path` on first use (`timings`).
+    inputs: list[RecordedInputs | None] = field(default_factory=list)
+    timed: list[int | None] = field(default_factory=list)
+    path: Path | None = None
+    _timings: list[Timing | None] | None = None
     # The whole log, kept only when asked (`keep_logs`): serving needs the scripts, not the events,
     # and a large suite's events would otherwise stay in memory for the server's lifetime.
     log: SessionLog | None = None
+
+    @property
+    def timings(self) -> list[Timing | None]:
+        """Per entry, when its recorded chunks came (None: no times: a projected log, a scripted
+        entry); read from the log on first use, since only pacing needs them."""
+        if self._timings is None:
+            per_call: list[Timing | None] = []
+            if self.path is not None and any(n is not None for n in self.timed):
+                try:
+                    per_call = call_timings(self.path)
+                except RecordingError:  # the log changed since it was loaded: serve untimed
+                    per_call = []
+            self._timings = [per_call[n] if n is not None and n < len(per_call) else None for n in self.timed]
+        return self._timings
 
 
 @dataclass(slots=True)
@@ -195,7 +212,7 @@ def _session_script(file: Path, sidecar: Sidecar | None, keep_logs: bool, *, pri
     return SessionScript(
         id=header.id, file=file.name, parent=header.parent_session, kind=script.kind, cut=header.cut,
         events=len(log.events), created_at=header.created_at, entries=script.entries, header=header,
-        inputs=script.inputs, timings=script.timings,
+        inputs=script.inputs, timed=script.timed, path=file,
         model=recorded_model(log), log=log if keep_logs else None,
     )
 
@@ -204,5 +221,5 @@ def _override_only_primary(path: Path, sidecar: Sidecar) -> SessionScript:
     script = derive_script(None, sidecar, primary=True)
     return SessionScript(
         id=path.name, file=SIDECAR_FILE, parent=None, kind="primary", cut=0, events=0,
-        created_at=0, entries=script.entries, header=None, model=None, inputs=script.inputs, timings=script.timings,
+        created_at=0, entries=script.entries, header=None, model=None, inputs=script.inputs, timed=script.timed,
     )

@@ -8,8 +8,10 @@ own; deriving from the whole log would serve the child its parent's answers.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -17,13 +19,14 @@ from mockllm.chunks import Block, BlockEnd, BlockStart, FinishChunk, FinishReaso
 from mockllm.entries import ChunksEntry, Entry
 from mockllm.errors import RecordingError
 from mockllm.header import SessionKind
-from mockllm.inputs import TOOL_RESULT, USER_MESSAGE, Input, recorded_inputs
-from mockllm.recording import CallChunk, Event, SessionLog
+from mockllm.inputs import TOOL_RESULT, USER_MESSAGE, RecordedInputs
+from mockllm.recording import CallChunk, Event, SessionLog, read_log
 from mockllm.sidecar import Sidecar
 
 COMPACTION_EVENT = "compaction/summary"
 STEP_START = "step/start"
 _INPUT_EVENTS = (USER_MESSAGE, TOOL_RESULT)
+_NOTED = frozenset((USER_MESSAGE, TOOL_RESULT, STEP_START, COMPACTION_EVENT))  # the events besides chunks read here
 
 
 class _Compaction(msgspec.Struct):
@@ -43,7 +46,7 @@ class RecordedCall:
     step: int | None
     line: int  # line of the call's last chunk: where a missing `finish` is reported
     chunks: list[StreamChunk] = field(default_factory=list)
-    inputs: tuple[Input, ...] = ()
+    inputs: RecordedInputs | None = None
     # When the call started (its step's start, or the end of the call it retries) and each chunk's
     # time, epoch ms; None for a projected log, which records no times.
     started: float | None = None
@@ -63,8 +66,10 @@ def own_events(log: SessionLog) -> list[Event]:
     return log.events[log.header.cut :]
 
 
-def recorded_calls(events: list[Event], log: SessionLog) -> list[RecordedCall]:
-    """Group chunk events into calls by (turn, step), in log order.
+def recorded_calls(events: list[Event], log: SessionLog, *, with_times: bool = False) -> list[RecordedCall]:
+    """Group chunk events into calls by (turn, step), in log order, with each call's inputs (and,
+    `with_times`, when it started and each chunk's time: only pacing needs those, so a load does
+    not pay for them; see `call_timings`).
 
     A `finish` closes its call: a later chunk in the same (turn, step) is a provider retry within
     that step and starts the next call.
@@ -72,63 +77,96 @@ def recorded_calls(events: list[Event], log: SessionLog) -> list[RecordedCall]:
     calls: list[RecordedCall] = []
     open_calls: dict[tuple[int, int], RecordedCall] = {}
     # The call being extended, and its key: consecutive chunks nearly always share it, so the dict
-    # is consulted only when (turn, step) changes. This loop runs once per recorded event.
+    # is consulted only when (turn, step) changes. This loop runs once per recorded event, so the
+    # per-chunk work is two bound appends; a call's last line is set when it is left.
     current: RecordedCall | None = None
     key = (-1, -1)
-    pending: list[Input] = []  # inputs logged since the last call started
+    add_chunk: Callable[[StreamChunk], None] = _ignore
+    add_time: Callable[[Any], None] = _ignore
+    timed = False  # whether the current call keeps times
+    last_line = 0
+    kinds: list[str] = []  # input events logged since the last call started, undecoded
+    raws: list[bytes] = []
     started: float | None = None
     for event in events:
         data = event.data
         if type(data) is CallChunk:
             if current is None or data.turn != key[0] or data.step != key[1]:
+                if current is not None:
+                    current.line = last_line
                 key = (data.turn, data.step)
                 current = open_calls.get(key)
                 if current is None:
                     current = open_calls[key] = RecordedCall(
-                        data.turn, data.step, event.line, inputs=tuple(pending),
+                        data.turn, data.step, event.line, inputs=RecordedInputs.of(kinds, raws),
                         started=started if started is not None else event.time,
-                        times=array("d") if event.time is not None else None)
-                    pending.clear()
+                        times=array("d") if with_times and event.time is not None else None)
+                    kinds.clear()
+                    raws.clear()
                     calls.append(current)
-            current.chunks.append(data.chunk)
-            current.line = event.line
-            if current.times is not None:
-                current.times.append(event.time or 0)
+                add_chunk = current.chunks.append
+                timed = current.times is not None
+                if current.times is not None:
+                    add_time = current.times.append
+            add_chunk(data.chunk)
+            if timed:
+                add_time(event.time)
+            last_line = event.line
             if type(data.chunk) is FinishChunk:
+                current.line = last_line
                 del open_calls[key]
                 current = None
                 started = event.time  # a retry inside the step starts when this call ended
+        elif event.type not in _NOTED:
+            continue  # most other events: one set lookup
         elif event.type in _INPUT_EVENTS and isinstance(data, msgspec.Raw):
-            pending.extend(recorded_inputs(event.type, data))
+            kinds.append(event.type)
+            raws.append(bytes(data))
         elif event.type == STEP_START:
             started = event.time
         elif event.type == COMPACTION_EVENT and isinstance(data, msgspec.Raw):
             compaction = _decode_compaction(data, event, log)
             if compaction.llmStreamCall:
-                calls.append(RecordedCall(None, None, event.line, _compaction_chunks(compaction), tuple(pending)))
-                pending.clear()
+                calls.append(RecordedCall(None, None, event.line, _compaction_chunks(compaction),
+                                          RecordedInputs.of(kinds, raws)))
+                kinds.clear()
+                raws.clear()
+    if current is not None:
+        current.line = last_line
     return calls
 
 
-def derive_calls(log: SessionLog) -> list[RecordedCall]:
+def _ignore(value: object) -> None:
+    """Stands in for an append where nothing is kept (a projected log has no times)."""
+
+
+def derive_calls(log: SessionLog, *, with_times: bool = False) -> list[RecordedCall]:
     """The session's own recorded calls (after the cut), unvalidated."""
-    return recorded_calls(own_events(log), log)
+    return recorded_calls(own_events(log), log, with_times=with_times)
+
+
+def call_timings(path: Path) -> list[Timing | None]:
+    """When each of the session's own recorded calls came, read again from its log: pacing is the
+    only reader, and most servers never pace, so a load keeps no times."""
+    return [_timing(call) for call in derive_calls(read_log(path), with_times=True)]
 
 
 @dataclass(frozen=True, slots=True)
 class DerivedScript:
     """What a session replays: its kind and its entries, in call order, and for each entry what the
-    agent sent before it (None: nothing recorded, e.g. an appended sidecar entry) and when its
-    chunks came (None: a projected log, or an entry the sidecar replaced)."""
+    agent sent before it (None: nothing recorded, e.g. an appended sidecar entry) and which
+    recorded call's times it keeps (None: an entry the sidecar replaced or appended)."""
 
     kind: SessionKind
     entries: list[Entry]
-    inputs: list[tuple[Input, ...] | None]
-    timings: list[Timing | None]
+    inputs: list[RecordedInputs | None]
+    timed: list[int | None]  # per entry, the recorded call whose times it replays (None: scripted)
 
 
-class Timing(NamedTuple):
-    """When a recorded call's chunks came, in epoch ms: its start (the step's) and each chunk's time."""
+class Timing(msgspec.Struct, gc=False, frozen=True):
+    """When a recorded call's chunks came, in epoch ms: its start (the step's) and each chunk's time.
+
+    Untracked by the cyclic collector, as RecordedInputs is: one is kept per recorded call."""
 
     started: float
     times: array[float]
@@ -157,11 +195,10 @@ def derive_script(log: SessionLog | None, sidecar: Sidecar | None, *, primary: b
         entries = sidecar.apply(entries)
     # What the agent sent before call N is in the log whatever the sidecar scripts for call N; the
     # chunks' times only describe an entry the sidecar left as recorded.
-    inputs: list[tuple[Input, ...] | None] = [calls[n].inputs if n < len(calls) else None for n in range(len(entries))]
-    timings: list[Timing | None] = [
-        _timing(calls[n]) if n < len(calls) and n not in replaced else None for n in range(len(entries))]
+    inputs: list[RecordedInputs | None] = [calls[n].inputs if n < len(calls) else None for n in range(len(entries))]
+    timed: list[int | None] = [n if n < len(calls) and n not in replaced else None for n in range(len(entries))]
     kind: SessionKind = "primary" if primary else ("fork" if log.header.is_seeded else "spawn")
-    return DerivedScript(kind, entries, inputs, timings)
+    return DerivedScript(kind, entries, inputs, timed)
 
 
 def _timing(call: RecordedCall) -> Timing | None:

@@ -29,7 +29,7 @@ def messages_for(session: SessionScript, call: int, *, history: list[dict[str, A
     messages: list[dict[str, Any]] = [{"role": "system", "content": "You are dsh."}, *(history or [])]
     if call > 0 and not history:
         messages.append({"role": "assistant", "content": "(the answer before)"})
-    inputs = list(session.inputs[call] or ())
+    inputs = list(session.inputs[call].items) if session.inputs[call] else []
     last_user = max((n for n, i in enumerate(inputs) if i.role == "user"), default=None)
     for number, item in enumerate(inputs):
         text = change if change is not None and number == last_user else item.text
@@ -87,7 +87,7 @@ def _session(scenario: Any, file: str) -> SessionScript:
 def _fork_history(scenario: Any) -> list[dict[str, Any]]:
     """What a fork child sends before its own task: the parent's seeded turn (prompt and answer)."""
     primary = scenario.sessions[0]
-    return [{"role": "user", "content": primary.inputs[0][0].text}, {"role": "assistant", "content": "OK"}]
+    return [{"role": "user", "content": primary.inputs[0].items[0].text}, {"role": "assistant", "content": "OK"}]
 
 
 async def _drive_to(base: str, scenario: Any, file: str, call: int) -> SessionScript:
@@ -110,7 +110,7 @@ async def test_a_changed_last_user_message_is_named_in_the_report(serve, file, c
     assert _text(served)  # not strict: the recorded answer is still served
     state = await run_state(server.base_url, run)
     [divergence] = state["divergences"]
-    recorded = session.inputs[call][-1].text
+    recorded = session.inputs[call].items[-1].text
     shown = " ".join(recorded.split())  # cut to a readable length
     assert divergence == {
         "kind": "input", "session": file, "live_id": session.id, "call": call, "what": "the last user message",
@@ -215,7 +215,7 @@ async def _children_in_reverse(server: Any, **run_fields: Any) -> tuple[str, dic
     answers = {}
     # Fresh live ids, the second child first: first-call order would give it the first child's script.
     for session in reversed(scenario.sessions[1:]):
-        task = session.inputs[0][0].text
+        task = session.inputs[0].items[0].text
         answers[task] = _text(await ask(base, f"fresh-{session.file}", [{"role": "user", "content": task}]))
     return run, answers
 
