@@ -27,8 +27,7 @@ from mockllm.options import RUN_FIELDS, ServeOptions
 from mockllm.pacing import Pacer, Schedule
 from mockllm.replay import Run, Runs
 from mockllm.scenario import Suite
-from mockllm.wire import CHAT, DIALECTS
-from mockllm.wire.chat import models_body
+from mockllm.wire import DEFAULT, DIALECTS, models_body
 from mockllm.wire.dialect import Dialect, Request
 from mockllm.wire.reply import Reply
 
@@ -50,7 +49,7 @@ REVIEW_DELAY = 0.005
 
 
 def mock_error(status: int, code: str, message: str, headers: dict[str, str] | None = None,
-               dialect: Dialect = CHAT) -> web.Response:
+               dialect: Dialect = DEFAULT) -> web.Response:
     """An error made by the mock itself (not a replayed one), in `dialect`'s shape: never retried.
 
     Errors outside any model route (admin, unknown paths) take the OpenAI shape."""
@@ -64,7 +63,7 @@ class MockServer:
         self.options = options
         self.catalogs = {name: Catalog(scenario) for name, scenario in suite.scenarios.items()}
         for catalog in self.catalogs.values():
-            catalog.warm(CHAT)  # the dialect nearly every agent speaks: rendered before the first request
+            catalog.warm(DEFAULT)  # the dialect nearly every agent speaks: rendered before the first request
         self.runs = Runs(suite.scenarios, options)
         self.session_headers = options.all_session_headers
         self.max_body = MAX_BODY  # the app's client_max_size too (create_app)
@@ -73,7 +72,7 @@ class MockServer:
 
     # -- resolving the run a request is for -------------------------------------------------
 
-    def _scenario_error(self, name: str, dialect: Dialect = CHAT) -> web.Response | None:
+    def _scenario_error(self, name: str, dialect: Dialect = DEFAULT) -> web.Response | None:
         if name in self.suite.broken:
             return mock_error(422, "scenario_invalid", f"scenario {name} failed to load: {self.suite.broken[name]}",
                               dialect=dialect)
@@ -83,7 +82,7 @@ class MockServer:
                               dialect=dialect)
         return None
 
-    def _run_for(self, request: web.Request, dialect: Dialect = CHAT) -> Run | web.Response:
+    def _run_for(self, request: web.Request, dialect: Dialect = DEFAULT) -> Run | web.Response:
         info = request.match_info
         if "run" in info:
             run = self.runs.get(info["run"])

@@ -1,7 +1,9 @@
 """Serve-time placeholders in scripted strings.
 
 `{{fromRequest:<regex>}}` becomes the last match of the regex (its first group, else the whole
-match) in every string value of the request's `messages`, depth-first, joined by newlines.
+match) in every string value of the request's conversation (`Request.raw_conversation`: chat
+completions' `messages`, Anthropic's `system` and `messages`, Responses' `instructions` and
+`input`), depth-first, joined by newlines.
 `{{cwd}}` becomes the run's working folder when one was given, and is left as is otherwise.
 """
 
@@ -18,12 +20,12 @@ from mockllm.errors import TemplateError
 CWD = "{{cwd}}"
 
 
-def request_text(messages: Any) -> str:
-    """Every string value in the messages, depth-first, joined by newlines."""
+def request_text(conversation: Any) -> str:
+    """Every string value in a request's conversation, depth-first, joined by newlines."""
     out: list[str] = []
 
     def walk(value: Any) -> None:
-        if isinstance(value, msgspec.Raw):  # a request's messages stay undecoded until needed
+        if isinstance(value, msgspec.Raw):  # a request's conversation stays undecoded until needed
             value = msgspec.json.decode(value)
         if isinstance(value, str):
             out.append(value)
@@ -34,7 +36,7 @@ def request_text(messages: Any) -> str:
             for item in value:
                 walk(item)
 
-    walk(messages)
+    walk(conversation)
     return "\n".join(out)
 
 
@@ -51,13 +53,13 @@ def from_request(pattern: str, haystack: str) -> str:
     return last.group(1) if regex.groups else last.group(0)
 
 
-def resolve_entry(entry: Entry, messages: Any, cwd: str | None) -> Entry:
+def resolve_entry(entry: Entry, conversation: Any, cwd: str | None) -> Entry:
     """A copy of `entry` with every placeholder in its strings replaced."""
     haystack: list[str] = []  # built on first use: most entries have no fromRequest
 
     def text() -> str:
         if not haystack:
-            haystack.append(request_text(messages))
+            haystack.append(request_text(conversation))
         return haystack[0]
 
     def resolve(value: str) -> str:
