@@ -313,55 +313,9 @@ class Run:
             if s.entries
         ) and all(calls >= len(r.entries) for calls, r in zip(self.side_calls, self.scenario.side_routes, strict=True))
 
-    def settings_report(self) -> dict[str, Any]:
-        settings = self.settings
-        return {"pace": settings.pace, "speed": settings.speed, "strict": settings.strict,
-                "ignore_input": list(settings.ignore_input), "bind": settings.bind}
-
-    def side_routes_report(self) -> list[dict[str, Any]]:
-        out = []
-        for calls, route in zip(self.side_calls, self.scenario.side_routes, strict=True):
-            served = min(calls, len(route.entries))
-            out.append({"model": route.model, "file": route.file, "repeat": route.repeat, "calls": calls,
-                        "served": served, "entries": len(route.entries), "remaining": len(route.entries) - served})
-        return out
-
-    def sessions_report(self) -> list[dict[str, Any]]:
-        out = []
-        for i, session in enumerate(self.scenario.sessions):
-            binding = self._bound.get(i)
-            served = min(binding.cursor, len(session.entries)) if binding else 0
-            out.append({
-                "id": session.id, "file": session.file, "kind": session.kind,
-                "live_id": binding.live_id if binding else None,
-                "served": served, "entries": len(session.entries), "remaining": len(session.entries) - served,
-            })
-        return out
-
-    def report(self) -> dict[str, Any]:
-        """The final report DELETE answers with."""
-        self.review_pending()
-        return {
-            "run": self.id, "scenario": self.scenario.name, "consumed": self.consumed,
-            "failures": [f.as_dict() for f in self.failures.first],
-            # Past the first FAILURES_KEPT, failures are only counted, per code.
-            "failures_more": dict(self.failures.more), "sessions": self.sessions_report(),
-            "divergences": [d.as_dict() for _, d in sorted(self.divergences.items())],
-            "diverged_calls": self.diverged_calls,
-            "side_routes": self.side_routes_report(), "held": list(self.held),
-            "pacing": list(self.pacing.values()),
-        }
-
-    def state(self) -> dict[str, Any]:
-        """The live state GET answers with."""
-        return {
-            **self.report(),
-            "cwd": self.cwd, "settings": self.settings_report(), "holding": self.holding,
-            "bindings": {live: self.scenario.sessions[b.script].id for live, b in self.bindings.items()},
-            "cursors": {live: b.cursor for live, b in self.bindings.items()},
-            "journal": [r.as_dict() for r in self.journal],
-            "journal_dropped": self.journal.dropped,
-        }
+    def bound(self, script: int) -> Binding | None:
+        """The binding of script `script`, once a live session is bound to it."""
+        return self._bound.get(script)
 
 
 def _gist(message: Message | None, limit: int = 80) -> str:

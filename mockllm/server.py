@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from mockllm import run_views
 from mockllm.catalog import Catalog
 from mockllm.entries import Entry, HangEntry
 from mockllm.errors import ReplayFailure, RequestError, TemplateError
@@ -336,13 +337,13 @@ class MockServer:
         run = self.runs.get(request.match_info["run"])
         if run is None:
             return mock_error(404, "unknown_run", f"unknown run {request.match_info['run']!r}")
-        return web.json_response(run.state())
+        return web.json_response(run_views.state(run))
 
     async def end_run(self, request: web.Request) -> web.Response:
         run = self.runs.end(request.match_info["run"])
         if run is None:
             return mock_error(404, "unknown_run", f"unknown run {request.match_info['run']!r}")
-        return web.json_response(run.report())
+        return web.json_response(run_views.report(run))
 
 
 def _review(run: Run) -> None:
