@@ -9,6 +9,7 @@ The cut is explicit (`seedLength`): check verifies it and never infers a better 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -19,6 +20,7 @@ from mockllm.errors import NotAScenarioError
 from mockllm.inspect import counted
 from mockllm.recording import CallChunk, Event, SessionLog
 from mockllm.scenario import Scenario, SessionScript, Suite, load_suite
+from mockllm.side_routes import SideRouteSpec
 
 TURN_END = "turn/end"
 
@@ -38,10 +40,10 @@ class Diagnostic:
         return f"{location}: {prefix}{self.message}"
 
 
-def run_check(path: Path) -> int:
+def run_check(path: Path, *, side_routes: Sequence[SideRouteSpec] = ()) -> int:
     """Print every diagnostic and a summary; 1 on any error (or when PATH is not a scenario/suite)."""
     try:
-        suite = load_suite(path, keep_logs=True)
+        suite = load_suite(path, keep_logs=True, side_routes=side_routes)
     except NotAScenarioError as exc:
         print(f"mockllm check: error: {exc}", file=sys.stderr)
         return 1

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mockllm.options import add_arguments, from_arguments
+from mockllm.side_routes import SideRouteSpec, parse_side_route
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -23,11 +24,26 @@ def _parser() -> argparse.ArgumentParser:
     inspect = verbs.add_parser("inspect", help="print a session tree: sessions, kinds, cuts, calls")
     inspect.add_argument("path", type=Path)
     inspect.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_side_route(inspect)
 
     check = verbs.add_parser("check", help="validate a scenario or suite; exit 1 on any error")
     check.add_argument("path", type=Path)
+    _add_side_route(check)
     _add_record(verbs)
     return parser
+
+
+def _add_side_route(verb: argparse.ArgumentParser) -> None:
+    """`--side-route` for inspect and check, so they read a tree as `serve --side-route` serves it."""
+    verb.add_argument("--side-route", dest="side_routes", action="append", default=[], metavar="MODEL=FILE",
+                      type=_side_route, help="read FILE as model MODEL's side route, as serve does (repeatable)")
+
+
+def _side_route(text: str) -> SideRouteSpec:
+    try:
+        return parse_side_route(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _add_record(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -57,10 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.verb == "inspect":
         from mockllm.inspect import run_inspect
 
-        return run_inspect(args.path, as_json=args.json)
+        return run_inspect(args.path, as_json=args.json, side_routes=args.side_routes)
     from mockllm.check import run_check
 
-    return run_check(args.path)
+    return run_check(args.path, side_routes=args.side_routes)
 
 
 if __name__ == "__main__":

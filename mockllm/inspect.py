@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +26,16 @@ from mockllm.chunks import (
 from mockllm.entries import Entry, HangEntry, ThrowEntry
 from mockllm.errors import NotAScenarioError, ScenarioError
 from mockllm.scenario import Scenario, SessionScript, Suite, load_suite
+from mockllm.side_routes import SideRouteSpec
 
 GIST_WORDS = 8
 GIST_MESSAGE_CHARS = 80
 
 
-def run_inspect(path: Path, *, as_json: bool) -> int:
+def run_inspect(path: Path, *, as_json: bool, side_routes: Sequence[SideRouteSpec] = ()) -> int:
     """Print the scenario or suite at `path`; 1 when PATH is not one or a scenario is broken."""
     try:
-        suite = load_suite(path)
+        suite = load_suite(path, side_routes=side_routes)
     except NotAScenarioError as exc:
         print(f"mockllm inspect: error: {exc}", file=sys.stderr)
         return 1

@@ -236,3 +236,15 @@ def test_a_ready_file_outside_the_cwd_is_refused_at_load_naming_file_and_line(tm
     [diagnostic] = check_suite(suite)
     assert f"{folder / 'replay.override.json'}:3" in str(diagnostic)
     assert problem in str(diagnostic)
+
+
+def test_inspect_and_check_take_side_route_as_serve_does(tmp_path, capsys):
+    from mockllm.cli import main
+
+    folder = _title_fixture(tmp_path)
+    assert main(["inspect", str(folder), "--json", "--side-route", f"{TITLE}=replay.override.json"]) == 0
+    [scenario] = json.loads(capsys.readouterr().out)["scenarios"]
+    assert scenario["side_routes"] == [{"model": TITLE, "file": "replay.override.json", "repeat": False,
+                                        "entries": 1}]
+    assert main(["check", str(folder), "--side-route", f"{TITLE}=replay.override.json"]) == 0
+    assert capsys.readouterr().out.startswith("OK: 1 scenario")
