@@ -16,20 +16,13 @@ from typing import Any
 import msgspec
 
 from mockllm.chunks import (
-    Block,
-    BlockEnd,
     BlockStart,
     Failure,
-    FinishChunk,
     FinishReason,
-    ReasoningDelta,
     StreamChunk,
-    TextDelta,
     TokenUsage,
-    ToolCallDelta,
-    UsageChunk,
 )
-from mockllm.wire.dialect import StreamDecoder
+from mockllm.wire.dialect import OpenBlock, StreamDecoder, closing_chunks
 
 _FINISH_KINDS = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool-calls", "max_tokens": "max-tokens"}
 # Stop reasons dsh's adapter records as errors, with the code the renderer maps back to them.
@@ -56,37 +49,10 @@ def usage_from_wire(usage: dict[str, Any]) -> TokenUsage:
                       reasoningTokens=details.get("thinking_tokens") if isinstance(details, dict) else None)
 
 
-class _Open:
-    """A block seen so far: its recorded index and type, what its deltas assembled, its tool identity."""
-
-    __slots__ = ("call_id", "index", "kind", "name", "parts")
-
-    def __init__(self, index: int, kind: str, call_id: str | None = None, name: str | None = None) -> None:
-        self.index = index
-        self.kind = kind
-        self.parts: list[str] = []
-        self.call_id = call_id
-        self.name = name
-
-    def block(self) -> Block:
-        text = "".join(self.parts)
-        if self.kind == "tool-call":
-            return Block("tool-call", id=self.call_id, name=self.name, arguments=text)
-        return Block(self.kind, text=text)
-
-    def delta(self, text: str) -> StreamChunk:
-        self.parts.append(text)
-        if self.kind == "reasoning":
-            return ReasoningDelta(self.index, text)
-        if self.kind == "tool-call":
-            return ToolCallDelta(self.index, text, self.call_id, self.name)
-        return TextDelta(self.index, text)
-
-
 class AnthropicStreamDecoder(StreamDecoder):
     def __init__(self) -> None:
-        self._blocks: list[_Open] = []
-        self._by_wire: dict[int, _Open | None] = {}  # wire index -> block (None: a skipped type)
+        self._blocks: list[OpenBlock] = []
+        self._by_wire: dict[int, OpenBlock | None] = {}  # wire index -> block (None: a skipped type)
         self._usage: dict[str, Any] = {}
         self._finish: FinishReason | None = None
 
@@ -121,7 +87,7 @@ class AnthropicStreamDecoder(StreamDecoder):
         if kind is None:
             self._by_wire[wire] = None
             return
-        block = _Open(len(self._blocks), kind, content.get("id"), content.get("name"))
+        block = OpenBlock(len(self._blocks), kind, content.get("id"), content.get("name"))
         self._blocks.append(block)
         self._by_wire[wire] = block
         out.append(BlockStart(block.index, kind))
@@ -136,12 +102,8 @@ class AnthropicStreamDecoder(StreamDecoder):
             self._usage.update({k: v for k, v in usage.items() if v is not None})
 
     def close(self) -> list[StreamChunk]:
-        out: list[StreamChunk] = [BlockEnd(b.index, b.block()) for b in self._blocks]
-        if any(k in self._usage for k in _USAGE_FIELDS):
-            out.append(UsageChunk(usage_from_wire(self._usage)))
-        out.append(FinishChunk(self._finish or FinishReason("error", failure=Failure(
-            message="the stream ended with no stop_reason", code="STREAM_CLOSED"))))
-        return out
+        usage = usage_from_wire(self._usage) if any(k in self._usage for k in _USAGE_FIELDS) else None
+        return closing_chunks(self._blocks, usage, self._finish, "stop_reason")
 
 
 def _delta_text(delta: dict[str, Any]) -> str | None:

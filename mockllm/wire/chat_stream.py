@@ -12,20 +12,13 @@ from typing import Any
 import msgspec
 
 from mockllm.chunks import (
-    Block,
-    BlockEnd,
     BlockStart,
     Failure,
-    FinishChunk,
     FinishReason,
-    ReasoningDelta,
     StreamChunk,
-    TextDelta,
     TokenUsage,
-    ToolCallDelta,
-    UsageChunk,
 )
-from mockllm.wire.dialect import StreamDecoder
+from mockllm.wire.dialect import OpenBlock, StreamDecoder, closing_chunks
 
 _FINISH_KINDS = {"stop": "stop", "tool_calls": "tool-calls", "function_call": "tool-calls", "length": "max-tokens"}
 
@@ -49,29 +42,10 @@ def usage_from_wire(usage: dict[str, Any]) -> TokenUsage:
                       cacheReadTokens=cached, reasoningTokens=reasoning)
 
 
-class _Open:
-    """A block seen so far: its type and what its deltas assembled."""
-
-    __slots__ = ("call_id", "index", "kind", "name", "parts")
-
-    def __init__(self, index: int, kind: str) -> None:
-        self.index = index
-        self.kind = kind
-        self.parts: list[str] = []
-        self.call_id: str | None = None
-        self.name: str | None = None
-
-    def block(self) -> Block:
-        text = "".join(self.parts)
-        if self.kind == "tool-call":
-            return Block("tool-call", id=self.call_id, name=self.name, arguments=text)
-        return Block(self.kind, text=text)
-
-
 class ChatStreamDecoder(StreamDecoder):
     def __init__(self) -> None:
-        self._blocks: list[_Open] = []
-        self._by_key: dict[tuple[str, int], _Open] = {}  # ("text"|"reasoning", 0) or ("tool-call", wire index)
+        self._blocks: list[OpenBlock] = []
+        self._by_key: dict[tuple[str, int], OpenBlock] = {}  # ("text"|"reasoning", 0) or ("tool-call", wire index)
         self._usage: TokenUsage | None = None
         self._finish: FinishReason | None = None
 
@@ -93,24 +67,20 @@ class ChatStreamDecoder(StreamDecoder):
             delta = choice.get("delta") or {}
             reasoning = delta.get("reasoning_content")
             if isinstance(reasoning, str) and reasoning:
-                block = self._open(("reasoning", 0), "reasoning", out)
-                block.parts.append(reasoning)
-                out.append(ReasoningDelta(block.index, reasoning))
+                out.append(self._open(("reasoning", 0), "reasoning", out).delta(reasoning))
             content = delta.get("content")
             if isinstance(content, str) and content:
-                block = self._open(("text", 0), "text", out)
-                block.parts.append(content)
-                out.append(TextDelta(block.index, content))
+                out.append(self._open(("text", 0), "text", out).delta(content))
             for call in delta.get("tool_calls") or ():
                 out.append(self._tool_fragment(call, out))
             if choice.get("finish_reason") is not None:
                 self._finish = finish_from_wire(choice["finish_reason"])
         return out
 
-    def _open(self, key: tuple[str, int], kind: str, out: list[StreamChunk]) -> _Open:
+    def _open(self, key: tuple[str, int], kind: str, out: list[StreamChunk]) -> OpenBlock:
         block = self._by_key.get(key)
         if block is None:
-            block = self._by_key[key] = _Open(len(self._blocks), kind)
+            block = self._by_key[key] = OpenBlock(len(self._blocks), kind)
             self._blocks.append(block)
             out.append(BlockStart(block.index, kind))
         return block
@@ -120,15 +90,7 @@ class ChatStreamDecoder(StreamDecoder):
         function = call.get("function") or {}
         block.call_id = block.call_id or call.get("id")
         block.name = block.name or function.get("name")
-        arguments = function.get("arguments") or ""
-        block.parts.append(arguments)
-        # dsh repeats the call's identity on every fragment; so does the recording.
-        return ToolCallDelta(block.index, arguments, block.call_id, block.name)
+        return block.delta(function.get("arguments") or "")
 
     def close(self) -> list[StreamChunk]:
-        out: list[StreamChunk] = [BlockEnd(b.index, b.block()) for b in self._blocks]
-        if self._usage is not None:
-            out.append(UsageChunk(self._usage))
-        out.append(FinishChunk(self._finish or FinishReason("error", failure=Failure(
-            message="the stream ended with no finish_reason", code="STREAM_CLOSED"))))
-        return out
+        return closing_chunks(self._blocks, self._usage, self._finish, "finish_reason")

@@ -16,7 +16,19 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from mockllm.chunks import StreamChunk
+from mockllm.chunks import (
+    Block,
+    BlockEnd,
+    Failure,
+    FinishChunk,
+    FinishReason,
+    ReasoningDelta,
+    StreamChunk,
+    TextDelta,
+    TokenUsage,
+    ToolCallDelta,
+    UsageChunk,
+)
 from mockllm.entries import Entry
 from mockllm.wire.reply import Reply
 
@@ -125,6 +137,48 @@ class Envelope:
     reply_id: str
     created: int
     model: str
+
+
+class OpenBlock:
+    """A block a stream decoder has seen: its recorded index and type, what its deltas assembled,
+    and, for a tool call, its identity (dsh repeats it on every fragment; so does a recording)."""
+
+    __slots__ = ("call_id", "index", "kind", "name", "parts", "whole")
+
+    def __init__(self, index: int, kind: str, call_id: str | None = None, name: str | None = None) -> None:
+        self.index = index
+        self.kind = kind  # text | reasoning | tool-call
+        self.parts: list[str] = []
+        self.call_id = call_id
+        self.name = name
+        self.whole: str | None = None  # the assembled content, where the stream sends it at the block's end
+
+    def delta(self, text: str) -> StreamChunk:
+        """The chunk of one delta of this block; the delta is kept for the block's end."""
+        self.parts.append(text)
+        if self.kind == "reasoning":
+            return ReasoningDelta(self.index, text)
+        if self.kind == "tool-call":
+            return ToolCallDelta(self.index, text, self.call_id, self.name)
+        return TextDelta(self.index, text)
+
+    def block(self) -> Block:
+        text = self.whole if self.whole is not None else "".join(self.parts)
+        if self.kind == "tool-call":
+            return Block("tool-call", id=self.call_id, name=self.name, arguments=text)
+        return Block(self.kind, text=text)
+
+
+def closing_chunks(blocks: list[OpenBlock], usage: TokenUsage | None, finish: FinishReason | None,
+                   awaited: str) -> list[StreamChunk]:
+    """How a decoded call ends, as dsh records it: every block's end in block order, the usage, the
+    finish; a stream that ended before saying how (`awaited`: what never came) is STREAM_CLOSED."""
+    out: list[StreamChunk] = [BlockEnd(b.index, b.block()) for b in blocks]
+    if usage is not None:
+        out.append(UsageChunk(usage))
+    out.append(FinishChunk(finish or FinishReason("error", failure=Failure(
+        message=f"the stream ended with no {awaited}", code="STREAM_CLOSED"))))
+    return out
 
 
 class StreamDecoder(ABC):

@@ -17,20 +17,13 @@ from typing import Any
 import msgspec
 
 from mockllm.chunks import (
-    Block,
-    BlockEnd,
     BlockStart,
     Failure,
-    FinishChunk,
     FinishReason,
-    ReasoningDelta,
     StreamChunk,
-    TextDelta,
     TokenUsage,
-    ToolCallDelta,
-    UsageChunk,
 )
-from mockllm.wire.dialect import StreamDecoder
+from mockllm.wire.dialect import OpenBlock, StreamDecoder, closing_chunks
 
 _BLOCK_TYPES = {"reasoning": "reasoning", "message": "text", "function_call": "tool-call"}
 _DELTAS = ("response.output_text.delta", "response.reasoning_summary_text.delta",
@@ -56,26 +49,6 @@ def usage_from_wire(usage: dict[str, Any]) -> TokenUsage:
                       cacheReadTokens=cached, cacheWriteTokens=written, reasoningTokens=reasoning)
 
 
-class _Open:
-    """A block seen so far: its type, what its deltas assembled, and its done item if sent."""
-
-    __slots__ = ("call_id", "index", "kind", "name", "parts", "whole")
-
-    def __init__(self, index: int, kind: str, item: dict[str, Any]) -> None:
-        self.index = index
-        self.kind = kind
-        self.parts: list[str] = []
-        self.call_id: str | None = item.get("call_id")
-        self.name: str | None = item.get("name")
-        self.whole: str | None = None  # the content `output_item.done` carried
-
-    def block(self) -> Block:
-        text = self.whole if self.whole is not None else "".join(self.parts)
-        if self.kind == "tool-call":
-            return Block("tool-call", id=self.call_id, name=self.name, arguments=text)
-        return Block(self.kind, text=text)
-
-
 def _item_text(item: dict[str, Any]) -> str | None:
     """The assembled content of a done item: its summary, message text or arguments."""
     kind = item.get("type")
@@ -90,8 +63,8 @@ def _item_text(item: dict[str, Any]) -> str | None:
 
 class ResponsesStreamDecoder(StreamDecoder):
     def __init__(self) -> None:
-        self._blocks: list[_Open] = []
-        self._by_output: dict[int, _Open] = {}  # output_index -> block
+        self._blocks: list[OpenBlock] = []
+        self._by_output: dict[int, OpenBlock] = {}  # output_index -> block
         self._usage: TokenUsage | None = None
         self._finish: FinishReason | None = None
 
@@ -122,7 +95,8 @@ class ResponsesStreamDecoder(StreamDecoder):
         block_type = _BLOCK_TYPES.get(str(item.get("type")))
         if block_type is None:  # an item kind with no StreamChunk (web search, ...): not recorded
             return []
-        block = self._by_output[_output_index(payload)] = _Open(len(self._blocks), block_type, item)
+        block = self._by_output[_output_index(payload)] = OpenBlock(len(self._blocks), block_type,
+                                                                   item.get("call_id"), item.get("name"))
         self._blocks.append(block)
         return [BlockStart(block.index, block_type)]
 
@@ -131,13 +105,7 @@ class ResponsesStreamDecoder(StreamDecoder):
         delta = payload.get("delta")
         if block is None or not isinstance(delta, str):
             return []
-        block.parts.append(delta)
-        if block.kind == "text":
-            return [TextDelta(block.index, delta)]
-        if block.kind == "reasoning":
-            return [ReasoningDelta(block.index, delta)]
-        # dsh repeats the call's identity on every fragment; so does the recording.
-        return [ToolCallDelta(block.index, delta, block.call_id, block.name)]
+        return [block.delta(delta)]
 
     def _end(self, response: dict[str, Any]) -> None:
         if isinstance(response.get("usage"), dict):
@@ -157,9 +125,4 @@ class ResponsesStreamDecoder(StreamDecoder):
         self._finish = FinishReason("error", failure=Failure(message=message, code=code))
 
     def close(self) -> list[StreamChunk]:
-        out: list[StreamChunk] = [BlockEnd(b.index, b.block()) for b in self._blocks]
-        if self._usage is not None:
-            out.append(UsageChunk(self._usage))
-        out.append(FinishChunk(self._finish or FinishReason("error", failure=Failure(
-            message="the stream ended with no response.completed", code="STREAM_CLOSED"))))
-        return out
+        return closing_chunks(self._blocks, self._usage, self._finish, "response.completed")
