@@ -96,6 +96,7 @@ class _Chunk(msgspec.Struct):
 
 
 _frames_decoder = msgspec.json.Decoder(list[_Chunk])
+chunk_decoder = msgspec.json.Decoder(_Chunk)  # one chat.completion.chunk event's JSON
 
 
 class BadResponse(Exception):

@@ -52,15 +52,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import msgspec
-
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))  # this checkout's mockllm, even without an install
 
 import bench  # noqa: E402  (a sibling script: its process handling and tables)
-from bench_client import percentile, proc_cpu_seconds, self_cpu_seconds  # noqa: E402
+from bench_client import chunk_decoder, percentile, proc_cpu_seconds, self_cpu_seconds  # noqa: E402
 
 from mockllm.header import SessionHeader  # noqa: E402
 from mockllm.writer import encode_log  # noqa: E402
@@ -199,23 +197,6 @@ class Stream(asyncio.Protocol):
             self.transport.close()
 
 
-class _Delta(msgspec.Struct):
-    content: str | None = None
-
-
-class _Choice(msgspec.Struct):
-    delta: _Delta
-    finish_reason: str | None = None
-
-
-class _Chunk(msgspec.Struct):
-    choices: list[_Choice]
-    usage: dict[str, Any] | None = None
-
-
-_decoder = msgspec.json.Decoder(_Chunk)
-
-
 def verify(stream: Stream, config: Config, text: str) -> str | None:
     """What is wrong with one stream, or None."""
     if stream.status != 200:
@@ -225,7 +206,7 @@ def verify(stream: Stream, config: Config, text: str) -> str | None:
         return f"{len(events)} events ({len(stream.arrivals)} stamped), expected {config.events}"
     if events[-1] != b"data: [DONE]":
         return f"does not end with [DONE]: {events[-1][:80]!r}"
-    chunks = [_decoder.decode(e[6:]) for e in events[:-1]]
+    chunks = [chunk_decoder.decode(e[6:]) for e in events[:-1]]
     got = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     if got != text or finishes != ["stop"] or sum(c.usage is not None for c in chunks) != 1:
