@@ -40,74 +40,12 @@ def parts_text(content: Any) -> str:
     return msgspec.json.encode(content).decode()
 
 
-class _Part(msgspec.Struct):
-    type: str | None = None
-    text: str | None = None
-    toolCallId: str | None = None
-    content: str | list[_Part] | None = None
-
-
-Content = str | list[_Part] | None
-
-
-class _Source(msgspec.Struct):
-    callId: str | None = None
-
-
-class _ToolMessage(msgspec.Struct):
-    content: Content = None
-    source: _Source | None = None
-
-
-class _Recorded(msgspec.Struct):
-    """`data` of a user/message or tool/result event, only the fields inputs need (others skipped)."""
-
-    content: Content = None
-    callId: str | None = None
-    message: _ToolMessage | None = None
-
-
-_recorded_decoder = msgspec.json.Decoder(_Recorded)
-
-
-def _text(content: Content) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return "".join(part.text for part in content if part.text is not None)
-
-
 def recorded_inputs(event_type: str, raw: msgspec.Raw) -> list[Input]:
     """The inputs one `user/message` or `tool/result` event records (none for anything else).
 
     Two tool/result layouts exist: older logs put `callId` and `content` on the data; newer ones
-    nest a message whose `tool-result` parts each name their `toolCallId`. Decoded into structs
-    that keep only these fields (a load reads every one); any other shape takes the general path.
-    """
-    try:
-        data = _recorded_decoder.decode(raw)
-    except msgspec.DecodeError:
-        return _recorded_inputs_generic(event_type, raw)
-    if event_type == USER_MESSAGE:
-        return [Input("user", _text(data.content))]
-    if event_type != TOOL_RESULT:
-        return []
-    message = data.message
-    if message is not None:
-        parts = message.content if isinstance(message.content, list) else []
-        results = [p for p in parts if p.type == "tool-result"]
-        if results:
-            return [Input("tool", _text(p.content), p.toolCallId) for p in results]
-        return [Input("tool", _text(message.content), message.source.callId if message.source else None)]
-    return [Input("tool", _text(data.content), data.callId)]
-
-
-def _recorded_inputs_generic(event_type: str, raw: msgspec.Raw) -> list[Input]:
-    """The inputs one `user/message` or `tool/result` event records (none for anything else).
-
-    Two tool/result layouts exist: older logs put `callId` and `content` on the data; newer ones
-    nest a message whose `tool-result` parts each name their `toolCallId`.
+    nest a message whose `tool-result` parts each name their `toolCallId`. Only a comparison
+    decodes them (`RecordedInputs.items`), once per call.
     """
     try:
         data = msgspec.json.decode(raw)
