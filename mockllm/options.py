@@ -25,6 +25,7 @@ SESSION_HEADERS = ("x-mockllm-session", "x-deepseek-harness-session-id")
 Bind = Literal["order", "content"]
 
 PACES = ("burst", "recorded")
+BINDS = ("order", "content")
 
 
 def parse_bool(value: str | bool) -> bool:
@@ -53,6 +54,13 @@ def check_pace(value: Any) -> str:
     except ValueError:
         pass
     raise ValueError(f"pace must be burst, recorded or a number of milliseconds >= 0, not {value!r}")
+
+
+def check_bind(value: Any) -> Bind:
+    """`order` (first-call order) or `content` (the script whose first recorded inputs match)."""
+    if value not in BINDS:
+        raise ValueError(f"bind must be 'order' or 'content', not {value!r}")
+    return value  # type: ignore[no-any-return]
 
 
 def check_speed(value: Any) -> float:
@@ -115,7 +123,7 @@ class ServeOptions:
         (), "mask matches of REGEX in recorded and live inputs before comparing them (repeatable)",
         metavar="REGEX", repeat=True)
     bind: Bind = _option("order", "bind a new live session to the next script in first-call order, or to the "
-                         "script whose first recorded inputs match its request", choices=("order", "content"))
+                         "script whose first recorded inputs match its request", choices=BINDS)
     journal_limit: int = _option(1000, "calls kept in each run's journal (older ones are counted, not kept)",
                                  metavar="N", kind=int)
     log_level: str = _option("warning", "what the server logs; info logs one line per model call",
@@ -128,8 +136,7 @@ class ServeOptions:
             raise ValueError(f"journal_limit must be at least 1, not {self.journal_limit}")
         object.__setattr__(self, "pace", check_pace(self.pace))
         object.__setattr__(self, "speed", check_speed(self.speed))
-        if self.bind not in ("order", "content"):
-            raise ValueError(f"bind must be 'order' or 'content', not {self.bind!r}")
+        check_bind(self.bind)
         for name in ("session_headers", "side_routes", "ignore_input"):
             value = getattr(self, name)
             # A lone string given where a list belongs is one item, not its characters.
@@ -267,9 +274,7 @@ def _run_field(name: str, value: Any) -> Any:
             raise ValueError(f"must be true or false, not {value!r}")
         return value
     if name == "bind":
-        if value not in ("order", "content"):
-            raise ValueError(f"must be \"order\" or \"content\", not {value!r}")
-        return value
+        return check_bind(value)
     patterns = [value] if isinstance(value, str) else value
     if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
         raise ValueError(f"must be a regular expression or a list of them, not {value!r}")
