@@ -171,10 +171,6 @@ class Timing(msgspec.Struct, gc=False, frozen=True):
     started: float
     times: array[float]
 
-    def offsets(self) -> list[float]:
-        """Each chunk's time after the call started, in ms."""
-        return [t - self.started for t in self.times]
-
 
 def derive_script(log: SessionLog | None, sidecar: Sidecar | None, *, primary: bool) -> DerivedScript:
     """A session's replay script, the one place derivation happens (DESIGN.md §2).
