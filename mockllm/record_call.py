@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mockllm.chunks import Block, BlockEnd, FinishChunk, FinishReason, StreamChunk
-from mockllm.wire.dialect import Message
+from mockllm.wire.dialect import Message, messages_after_last_assistant
 
 INPUT_ROLES = ("user", "tool")
 
@@ -52,7 +52,6 @@ class ObservedCall:
 
 def observe(messages: list[Message], started: int) -> ObservedCall:
     """A call about to be made with `messages`: its new inputs and whether it starts a turn."""
-    last_assistant = max((n for n, m in enumerate(messages) if m.role == "assistant"), default=-1)
-    inputs = [m for m in messages[last_assistant + 1 :] if m.role in INPUT_ROLES]
+    inputs = [m for m in messages_after_last_assistant(messages) if m.role in INPUT_ROLES]
     starts_turn = bool(messages) and messages[-1].role == "user"
     return ObservedCall(inputs, starts_turn, started)
