@@ -112,3 +112,41 @@ async def test_headerless_calls_are_grouped_by_conversation(serve, tmp_path, nam
     replay = await serve(out)
     _, replay_base = await new_run(replay.base_url, out.name)
     await drive(replay_base, calls)  # header-less again: the server routes the new tree by conversation
+
+
+async def test_whole_replies_in_every_dialect_and_a_headerless_responses_chain_are_recorded(serve, tmp_path):
+    """Non-streamed answers are read through each dialect's body_events; a header-less request that
+    continues a response by id (previous_response_id) joins that response's session."""
+    import anthropic
+    import openai
+
+    from tests.dshtree import text_call, write_sessions
+
+    tree = write_sessions(tmp_path / "tree", {"p": [text_call("ONE"), text_call("TWO"), text_call("THREE"),
+                                                    text_call("FOUR")]})
+    upstream = await serve(tree)
+    _, upstream_base = await new_run(upstream.base_url, "tree")
+    out = tmp_path / "recorded"
+    async with await start_recorder(RecordOptions(upstream_base, out, port=0)) as recorder:
+        base = recorder.base_url + "/v1"
+        async with openai.AsyncOpenAI(base_url=base, api_key="x", max_retries=0) as client:
+            first = await client.responses.create(model="m", input="start")
+            second = await client.responses.create(model="m", input="go on", previous_response_id=first.id)
+            chat = await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "start"}, {"role": "assistant", "content": "ONE"},
+                                     {"role": "user", "content": "go on"}, {"role": "assistant", "content": "TWO"},
+                                     {"role": "user", "content": "more"}])
+        async with anthropic.AsyncAnthropic(base_url=recorder.base_url, api_key="x", max_retries=0) as messages:
+            last = await messages.messages.create(model="m", max_tokens=10, messages=[
+                {"role": "user", "content": "start"}, {"role": "assistant", "content": "ONE"},
+                {"role": "user", "content": "go on"}, {"role": "assistant", "content": "TWO"},
+                {"role": "user", "content": "more"}, {"role": "assistant", "content": "THREE"},
+                {"role": "user", "content": "last"}])
+    assert [first.output_text, second.output_text, chat.choices[0].message.content, last.content[0].text] == [
+        "ONE", "TWO", "THREE", "FOUR"]
+    recorded = load_scenario(out)
+    # One session: the chained request followed its response's id, the others extended its conversation.
+    assert [len(s.entries) for s in recorded.sessions] == [4]
+    # A whole reply is recorded by its assembled blocks (Responses' done items carry no deltas).
+    texts = [[c.block.text for c in e.chunks if type(c).__name__ == "BlockEnd"] for e in recorded.primary.entries]
+    assert texts == [["ONE"], ["TWO"], ["THREE"], ["FOUR"]]
