@@ -31,7 +31,6 @@ from mockllm.chunks import Failure, FinishChunk, FinishReason
 from mockllm.conversations import ConversationIndex
 from mockllm.errors import RequestError
 from mockllm.record_call import ObservedCall, TimedChunk, observe
-from mockllm.record_replies import reply_events
 from mockllm.record_tree import Failed, Lineage, SessionTree
 from mockllm.sse_reader import Event, SSEReader
 from mockllm.wire import DIALECTS
@@ -108,7 +107,7 @@ class Recorder:
             if neutral.stream and upstream.content_type == "text/event-stream":
                 return await self._stream(request, upstream, dialect, session, lineage, call)
             response = await _relay(request, upstream)
-            events = reply_events(dialect.name, response.body if isinstance(response.body, bytes) else b"")
+            events = dialect.body_events(response.body if isinstance(response.body, bytes) else b"")
             if events is None:
                 log.warning("session %s: a %s reply that is not a stream was forwarded but not recorded",
                             session, dialect.name)
@@ -156,26 +155,14 @@ class Recorder:
     def _decode(self, decoder: StreamDecoder, events: Iterable[Event], call: ObservedCall, at: int,
                 session: str) -> None:
         for name, data in events:
-            self._remember_reply(data, session)
             try:
                 chunks = decoder.feed(name, data)
             except (msgspec.DecodeError, ValueError, TypeError, AttributeError) as exc:
                 log.warning("session %s: an upstream event could not be read and is not recorded: %s", session, exc)
                 continue
             call.chunks.extend(TimedChunk(at, c) for c in chunks)
-
-    def _remember_reply(self, data: bytes, session: str) -> None:
-        """A reply id a later header-less request may continue (`previous_response_id`)."""
-        if b'"response.created"' not in data and b'"response.completed"' not in data:
-            return
-        try:
-            payload = msgspec.json.decode(data)
-        except msgspec.DecodeError:
-            return
-        if isinstance(payload, dict):
-            reply = payload.get("response")
-            if isinstance(reply, dict) and isinstance(reply.get("id"), str):
-                self._replies[reply["id"]] = session
+        if decoder.reply_id is not None:  # a later header-less request may continue it by id
+            self._replies[decoder.reply_id] = session
 
 
 def _forwarded(headers: Mapping[str, str]) -> CIMultiDict[str]:

@@ -64,8 +64,20 @@ from mockllm.chunks import (
 )
 from mockllm.entries import HANG_CHUNKS, ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
 from mockllm.errors import RequestError
+from mockllm.wire import anthropic_stream
 from mockllm.wire.anthropic_stream import AnthropicStreamDecoder
-from mockllm.wire.dialect import NO_TOOLS, Dialect, Envelope, Message, Request, StreamDecoder, ToolCall, tool_names
+from mockllm.wire.dialect import (
+    NO_TOOLS,
+    Dialect,
+    Envelope,
+    Message,
+    Request,
+    SSEEvent,
+    StreamDecoder,
+    ToolCall,
+    tool_names,
+    whole_reply,
+)
 from mockllm.wire.reply import Frames, Reply
 from mockllm.wire.sse import named_event
 
@@ -258,6 +270,10 @@ class AnthropicMessages(Dialect):
 
     def stream_decoder(self) -> StreamDecoder:
         return AnthropicStreamDecoder()
+
+    def body_events(self, body: bytes) -> list[SSEEvent] | None:
+        reply = whole_reply(body)
+        return None if reply is None else anthropic_stream.body_events(reply)
 
 
 # -- replies --------------------------------------------------------------------------------------

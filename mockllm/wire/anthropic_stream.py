@@ -22,7 +22,9 @@ from mockllm.chunks import (
     StreamChunk,
     TokenUsage,
 )
-from mockllm.wire.dialect import OpenBlock, StreamDecoder, closing_chunks
+from mockllm.wire.dialect import OpenBlock, SSEEvent, StreamDecoder, closing_chunks
+
+_encode = msgspec.json.encode
 
 _FINISH_KINDS = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool-calls", "max_tokens": "max-tokens"}
 # Stop reasons dsh's adapter records as errors, with the code the renderer maps back to them.
@@ -115,3 +117,18 @@ def _delta_text(delta: dict[str, Any]) -> str | None:
     if kind == "input_json_delta":
         return str(delta.get("partial_json") or "")
     return None  # signature_delta, citations_delta: nothing dsh records
+
+
+def body_events(reply: dict[str, Any]) -> list[SSEEvent]:
+    """A whole Message as the events a stream of it would have sent."""
+    # A block's whole content in its `content_block_start` is read as its one delta.
+    start = {"type": "message_start", "message": {**reply, "content": []}}
+    events: list[SSEEvent] = [("message_start", _encode(start))]
+    for k, block in enumerate(reply.get("content") or ()):
+        events.append(("content_block_start", _encode({"type": "content_block_start", "index": k,
+                                                       "content_block": block})))
+        events.append(("content_block_stop", _encode({"type": "content_block_stop", "index": k})))
+    end = {"type": "message_delta", "delta": {"stop_reason": reply.get("stop_reason")},
+           "usage": reply.get("usage") or {}}
+    events.append(("message_delta", _encode(end)))
+    return events

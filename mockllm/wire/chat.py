@@ -26,8 +26,20 @@ from mockllm.chunks import (
 )
 from mockllm.entries import HANG_CHUNKS, ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
 from mockllm.errors import RequestError
+from mockllm.wire import chat_stream
 from mockllm.wire.chat_stream import ChatStreamDecoder
-from mockllm.wire.dialect import NO_TOOLS, Dialect, Envelope, Message, Request, StreamDecoder, ToolCall, tool_names
+from mockllm.wire.dialect import (
+    NO_TOOLS,
+    Dialect,
+    Envelope,
+    Message,
+    Request,
+    SSEEvent,
+    StreamDecoder,
+    ToolCall,
+    tool_names,
+    whole_reply,
+)
 from mockllm.wire.reply import Frames, Reply
 from mockllm.wire.sse import data_event
 
@@ -178,6 +190,10 @@ class ChatCompletions(Dialect):
 
     def stream_decoder(self) -> StreamDecoder:
         return ChatStreamDecoder()
+
+    def body_events(self, body: bytes) -> list[SSEEvent] | None:
+        reply = whole_reply(body)
+        return None if reply is None else chat_stream.body_events(reply)
 
 
 def render_entry(entry: Entry, envelope: Envelope) -> Reply:

@@ -18,7 +18,9 @@ from mockllm.chunks import (
     StreamChunk,
     TokenUsage,
 )
-from mockllm.wire.dialect import OpenBlock, StreamDecoder, closing_chunks
+from mockllm.wire.dialect import OpenBlock, SSEEvent, StreamDecoder, closing_chunks
+
+_encode = msgspec.json.encode
 
 _FINISH_KINDS = {"stop": "stop", "tool_calls": "tool-calls", "function_call": "tool-calls", "length": "max-tokens"}
 
@@ -94,3 +96,17 @@ class ChatStreamDecoder(StreamDecoder):
 
     def close(self) -> list[StreamChunk]:
         return closing_chunks(self._blocks, self._usage, self._finish, "finish_reason")
+
+
+def body_events(reply: dict[str, Any]) -> list[SSEEvent]:
+    """A whole chat.completion as the chunks a stream of it would have sent."""
+    events: list[SSEEvent] = []
+    for choice in reply.get("choices") or ():
+        message = dict(choice.get("message") or {})
+        # A stream's tool-call fragments carry their index; a whole message's calls are in order.
+        message["tool_calls"] = [{**call, "index": k} for k, call in enumerate(message.get("tool_calls") or ())]
+        events.append((None, _encode({"choices": [{"index": choice.get("index", 0), "delta": message,
+                                                    "finish_reason": choice.get("finish_reason")}]})))
+    if isinstance(reply.get("usage"), dict):
+        events.append((None, _encode({"choices": [], "usage": reply["usage"]})))
+    return events

@@ -181,8 +181,24 @@ def closing_chunks(blocks: list[OpenBlock], usage: TokenUsage | None, finish: Fi
     return out
 
 
+SSEEvent = tuple[str | None, bytes]  # an SSE event's name (None: data only) and data
+
+
+def whole_reply(body: bytes) -> dict[str, Any] | None:
+    """A non-streamed answer's JSON object, or None when it is not one."""
+    try:
+        reply = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return None
+    return reply if isinstance(reply, dict) else None
+
+
 class StreamDecoder(ABC):
     """Turns one live streamed answer, event by event, back into StreamChunks (record mode)."""
+
+    # The upstream's id of the answer being decoded, once seen, where a later request may continue
+    # it by id (OpenAI Responses' previous_response_id): a recorder routes such a request by it.
+    reply_id: str | None = None
 
     @abstractmethod
     def feed(self, event: str | None, data: bytes) -> list[StreamChunk]:
@@ -218,6 +234,11 @@ class Dialect(ABC):
     @abstractmethod
     def stream_decoder(self) -> StreamDecoder:
         """A fresh decoder for one live streamed answer."""
+
+    def body_events(self, body: bytes) -> list[SSEEvent] | None:
+        """A whole (`stream: false`) answer as the events a stream of the same answer would have
+        sent, for `stream_decoder()`, so one decoder records both; None: not read (not recorded)."""
+        return None
 
     def reply_of(self, reply_id: str) -> tuple[int, int] | None:
         """The (script, call) an earlier reply id was rendered for, when this dialect's ids say so."""

@@ -54,8 +54,20 @@ from mockllm.chunks import (
 )
 from mockllm.entries import HANG_CHUNKS, ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
 from mockllm.errors import RequestError
+from mockllm.wire import responses_stream
 from mockllm.wire.chat import error_body, error_type, text_of
-from mockllm.wire.dialect import NO_TOOLS, Dialect, Envelope, Message, Request, StreamDecoder, ToolCall, tool_names
+from mockllm.wire.dialect import (
+    NO_TOOLS,
+    Dialect,
+    Envelope,
+    Message,
+    Request,
+    SSEEvent,
+    StreamDecoder,
+    ToolCall,
+    tool_names,
+    whole_reply,
+)
 from mockllm.wire.reply import Frames, Reply
 from mockllm.wire.responses_stream import ResponsesStreamDecoder
 from mockllm.wire.sse import named_event
@@ -171,6 +183,10 @@ class Responses(Dialect):
 
     def stream_decoder(self) -> StreamDecoder:
         return ResponsesStreamDecoder()
+
+    def body_events(self, body: bytes) -> list[SSEEvent] | None:
+        reply = whole_reply(body)
+        return None if reply is None else responses_stream.body_events(reply)
 
 
 def render_entry(entry: Entry, envelope: Envelope) -> Reply:

@@ -23,9 +23,14 @@ from mockllm.chunks import (
     StreamChunk,
     TokenUsage,
 )
-from mockllm.wire.dialect import OpenBlock, StreamDecoder, closing_chunks
+from mockllm.wire.dialect import OpenBlock, SSEEvent, StreamDecoder, closing_chunks
+
+_encode = msgspec.json.encode
 
 _BLOCK_TYPES = {"reasoning": "reasoning", "message": "text", "function_call": "tool-call"}
+# The events that carry the whole response object (its id among them).
+_ENVELOPES = ("response.created", "response.in_progress", "response.completed", "response.incomplete",
+              "response.failed")
 _DELTAS = ("response.output_text.delta", "response.reasoning_summary_text.delta",
            "response.function_call_arguments.delta")
 
@@ -73,6 +78,10 @@ class ResponsesStreamDecoder(StreamDecoder):
         if not isinstance(payload, dict):
             return []
         kind = payload.get("type") or event
+        if kind in _ENVELOPES:
+            reply_id = _mapping(payload.get("response")).get("id")
+            if isinstance(reply_id, str):
+                self.reply_id = reply_id
         if kind == "response.output_item.added":
             return self._added(payload)
         if kind in _DELTAS:
@@ -126,3 +135,13 @@ class ResponsesStreamDecoder(StreamDecoder):
 
     def close(self) -> list[StreamChunk]:
         return closing_chunks(self._blocks, self._usage, self._finish, "response.completed")
+
+
+def body_events(reply: dict[str, Any]) -> list[SSEEvent]:
+    """A whole Response as the item events a stream of it would have sent."""
+    events: list[SSEEvent] = []
+    for k, item in enumerate(reply.get("output") or ()):
+        for kind in ("response.output_item.added", "response.output_item.done"):
+            events.append((kind, _encode({"type": kind, "output_index": k, "item": item})))
+    events.append(("response.completed", _encode({"type": "response.completed", "response": reply})))
+    return events
