@@ -33,7 +33,7 @@ from mockllm.errors import RequestError
 from mockllm.record_call import ObservedCall, TimedChunk, observe
 from mockllm.record_tree import Failed, Lineage, SessionTree
 from mockllm.sse_reader import Event, SSEReader
-from mockllm.wire import DIALECTS
+from mockllm.wire import DEFAULT, DIALECTS
 from mockllm.wire.dialect import Dialect, Request, StreamDecoder
 
 log = logging.getLogger("mockllm.record")
@@ -89,7 +89,7 @@ class Recorder:
             reason = str(exc) or type(exc).__name__
             message = f"mockllm record: cannot reach the upstream {url}: {reason}"
             log.warning("%s", message)
-            error = (dialect or DIALECTS[0]).error_body(message, "upstream_unreachable", 502)
+            error = (dialect or DEFAULT).error_body(message, "upstream_unreachable", 502)
             return web.Response(status=502, body=error, content_type="application/json",
                                 headers={"x-should-retry": "false"})
         async with upstream:
