@@ -122,12 +122,12 @@ class Run:
     def checks_first(self) -> bool:
         """Whether a request must be compared before it is answered: under strict (a diverged call is
         refused) or content binding (the comparison picks the script). Otherwise the comparison
-        only reports, and `review` runs it once the answer is on its way, off the client's wait."""
+        only reports, and `review_pending` runs it once the answer is on its way, off the client's wait."""
         return self.settings.strict or self.settings.bind == "content"
 
-    def take(self, live_id: str, request: Request | None = None, *, compare: bool = True) -> Turn:
-        """Bind if new, compare the request with the recording (given `request`, unless not
-        `compare`), then hand out the session's next entry and advance its cursor.
+    def take(self, live_id: str, request: Request | None = None) -> Turn:
+        """Bind if new, compare the request with the recording (when `checks_first`; else the caller
+        queues it with `review_later`), then hand out the session's next entry and advance its cursor.
 
         A divergence is noted (the first per session goes into the report); under `strict` the
         request is refused with 409 `request_diverged` and changes nothing: no binding, no cursor.
@@ -146,7 +146,7 @@ class Run:
             raise self.fail(ReplayFailure(410, "script_exhausted", self._exhausted(session, live_id, cursor),
                                           live_id, cursor))
         divergence = chosen
-        if divergence is None and request is not None and compare:
+        if divergence is None and request is not None and self.checks_first:
             divergence = self._diverged(script, cursor, live_id, request)
         if divergence is not None:
             self._note(script, divergence)
