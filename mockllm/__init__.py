@@ -4,21 +4,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from mockllm.dsh.header import InheritedEventCount, SessionHeader, encode_header, parse_header
+from mockllm.dsh.reader import Event, SessionLog, read_log
 from mockllm.errors import MockllmError, NotAScenarioError, RecordingError, ScenarioError
-from mockllm.header import InheritedEventCount, SessionHeader, encode_header, parse_header
-from mockllm.recording import Event, SessionLog, read_log
-from mockllm.scenario import Scenario, SessionScript, Suite, load_scenario, load_suite
+from mockllm.scenario.load import Scenario, SessionScript, Suite, load_scenario, load_suite
 
 if TYPE_CHECKING:
     from mockllm.api import AdminError, AsyncRun, AsyncServer, Run, Server, ServerStartError
-    from mockllm.run_report import Failure, RunNotClean, RunReport, SessionReport
+    from mockllm.replay.report import Failure, RunNotClean, RunReport, SessionReport
 
 # The server API pulls in aiohttp and the whole server; `mockllm inspect` and the pure layers
 # need neither, so these names are imported on first use.
 _LAZY = {
     "AdminError": "mockllm.api", "AsyncRun": "mockllm.api", "AsyncServer": "mockllm.api", "Run": "mockllm.api",
-    "Server": "mockllm.api", "ServerStartError": "mockllm.api", "Failure": "mockllm.run_report",
-    "RunNotClean": "mockllm.run_report", "RunReport": "mockllm.run_report", "SessionReport": "mockllm.run_report",
+    "Server": "mockllm.api", "ServerStartError": "mockllm.api", "Failure": "mockllm.replay.report",
+    "RunNotClean": "mockllm.replay.report", "RunReport": "mockllm.replay.report",
+    "SessionReport": "mockllm.replay.report",
 }
 
 

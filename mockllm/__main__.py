@@ -2,6 +2,6 @@
 
 import sys
 
-from mockllm.cli import main
+from mockllm.cli.main import main
 
 sys.exit(main())

@@ -32,9 +32,9 @@ import aiohttp
 
 from mockllm.errors import MockllmError
 from mockllm.options import SESSION_HEADERS, ServeOptions, in_process
-from mockllm.run_report import RunReport, check
-from mockllm.scenario import Suite
-from mockllm.serve import RunningServer, load_source, start_server
+from mockllm.replay.report import RunReport, check
+from mockllm.scenario.load import Suite
+from mockllm.server.running import RunningServer, load_source, start_server
 
 # Start-up is a bind on loopback after the suite is loaded; far past this something is stuck.
 START_TIMEOUT = 30.0

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mockllm.side_routes import SideRouteSpec, parse_side_route
+from mockllm.scenario.side_routes import SideRouteSpec, parse_side_route
 
 Headerless = Literal["conversation", "anonymous"]
 

@@ -9,7 +9,7 @@
 Exit status: 0 every target passed, 1 some target failed, 2 the benchmark itself broke.
 Everything runs on 127.0.0.1; every process it starts is stopped before it exits.
 
-Processes. Each server runs in its own process, on uvloop: mockllm as `python -m mockllm.cli serve
+Processes. Each server runs in its own process, on uvloop: mockllm as `python -m mockllm.cli.main serve
 DIR --port 0` (the shipped command: it loads with load_suite, serves with start_server and picks
 uvloop), and the baseline as scripts/bench_baseline.py (a bare aiohttp handler writing mockllm's
 pre-rendered SSE frames for the same call: one write per event for streaming, mockllm's own two
@@ -78,8 +78,8 @@ sys.path.insert(0, str(ROOT))  # this checkout's mockllm, even without an instal
 
 import make_synthetic  # noqa: E402  (a sibling script)
 
-from mockllm.header import SessionHeader  # noqa: E402
-from mockllm.writer import encode_log  # noqa: E402
+from mockllm.dsh.header import SessionHeader  # noqa: E402
+from mockllm.dsh.writer import encode_log  # noqa: E402
 
 STREAM_SCENARIO = "stream"
 SESSIONS = 16  # recorded sessions in the stream scenario: a primary and 15 spawn children

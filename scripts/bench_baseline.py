@@ -25,10 +25,10 @@ from pathlib import Path
 import uvloop
 from aiohttp import web
 
-from mockllm.catalog import Catalog
-from mockllm.scenario import load_scenario
-from mockllm.serve import settle_memory
-from mockllm.server import SSE_HEADERS
+from mockllm.replay.catalog import Catalog
+from mockllm.scenario.load import load_scenario
+from mockllm.server.app import SSE_HEADERS
+from mockllm.server.running import settle_memory
 from mockllm.wire import CHAT
 from mockllm.wire.chat import DONE
 

@@ -550,7 +550,7 @@ CLIENTS = {"raw": (Http, CLIENT), "aiohttp": (AiohttpHttp, "aiohttp's client (on
 
 @contextlib.contextmanager
 def mockllm_process(args: list[str]) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """Run `python -m mockllm.cli ARGS` (this checkout's); yields it and the first base URL it
+    """Run `python -m mockllm.cli.main ARGS` (this checkout's); yields it and the first base URL it
     prints on a line of its own (`  http://127.0.0.1:PORT/...`), and stops it on exit.
     `root_url(url)` is the server's own address."""
     root = Path(__file__).resolve().parents[1]

@@ -4,7 +4,7 @@
     python3 scripts/bench_load.py MODE SUITE_DIR      (prints one JSON result on stdout)
 
 MODE:
-  load         `mockllm.scenario.load_suite(SUITE_DIR)`: read, decode, expand, cut and derive every
+  load         `mockllm.scenario.load.load_suite(SUITE_DIR)`: read, decode, expand, cut and derive every
                script. The suite stays alive until the peak is read (it is what a server keeps).
   decode       the floor: for every session*.jsonl, read the file and decode every line with
                `msgspec.json.Decoder().decode_lines` into plain Python objects, then drop them.
@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
     mode, suite = argv[0], Path(argv[1])
     extra: dict[str, object] = {}
     if mode == "load":
-        from mockllm.scenario import load_suite
+        from mockllm.scenario.load import load_suite
 
         before = rss_before_kb()
         t0 = time.perf_counter()

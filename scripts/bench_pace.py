@@ -60,8 +60,8 @@ sys.path.insert(0, str(ROOT))  # this checkout's mockllm, even without an instal
 import bench  # noqa: E402  (a sibling script: its process handling and tables)
 from bench_client import chunk_decoder, percentile, proc_cpu_seconds, self_cpu_seconds  # noqa: E402
 
-from mockllm.header import SessionHeader  # noqa: E402
-from mockllm.writer import encode_log  # noqa: E402
+from mockllm.dsh.header import SessionHeader  # noqa: E402
+from mockllm.dsh.writer import encode_log  # noqa: E402
 
 SCENARIO = "paced"
 CALLS = 100  # recorded calls in the scenario's one session: one run serves this many streams

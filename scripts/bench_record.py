@@ -35,10 +35,10 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_client import mockllm_process, proc_cpu_seconds, root_url  # noqa: E402
 
-from mockllm.chunks import Block, BlockEnd, BlockStart, FinishChunk, FinishReason, TextDelta, TokenUsage, UsageChunk  # noqa: E402
-from mockllm.header import SessionHeader  # noqa: E402
-from mockllm.recording import CHUNK_EVENT, CallChunk, Event  # noqa: E402
-from mockllm.writer import write_log  # noqa: E402
+from mockllm.dsh.chunks import Block, BlockEnd, BlockStart, FinishChunk, FinishReason, TextDelta, TokenUsage, UsageChunk  # noqa: E402
+from mockllm.dsh.header import SessionHeader  # noqa: E402
+from mockllm.dsh.reader import CHUNK_EVENT, CallChunk, Event  # noqa: E402
+from mockllm.dsh.writer import write_log  # noqa: E402
 
 SESSION = "bench"
 

@@ -64,8 +64,8 @@ from typing import Any
 
 # The project's package, from this checkout (the script also runs without an install).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from mockllm import writer
-from mockllm.header import InheritedEventCount, SessionHeader
+from mockllm.dsh import writer
+from mockllm.dsh.header import InheritedEventCount, SessionHeader
 
 BASE_TIME = 1_790_000_000_000  # epoch ms of every primary's createdAt
 CWD = "/tmp/mockllm-demo"
@@ -537,7 +537,7 @@ def usage_of(c: Call) -> dict[str, int]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Writing rows: unpacked, packed, projected (the encoding is mockllm.writer's)
+# Writing rows: unpacked, packed, projected (the encoding is mockllm.dsh.writer's)
 
 
 def encode_log(header: SessionHeader, events: list[dict[str, Any]], layout: str) -> bytes:

@@ -37,8 +37,8 @@ import msgspec
 
 # The project's package, from this checkout (the script also runs without an install).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from mockllm.header import InheritedEventCount, SessionHeader
-from mockllm.writer import encode_log
+from mockllm.dsh.header import InheritedEventCount, SessionHeader
+from mockllm.dsh.writer import encode_log
 
 BASE_TIME = 1_790_000_000_000
 MODEL = {"provider": "deepseek-official", "model": "deepseek-v4-flash"}

@@ -17,11 +17,11 @@ import msgspec
 import openai
 import pytest
 
-from mockllm.chunks import Block, BlockEnd, FinishChunk
-from mockllm.entries import ChunksEntry, Entry, HangEntry, ThrowEntry
-from mockllm.inputs import TOOL_RESULT, USER_MESSAGE, recorded_inputs
-from mockllm.recording import CallChunk, SessionLog
-from mockllm.scenario import Scenario, SessionScript
+from mockllm.dsh.chunks import Block, BlockEnd, FinishChunk
+from mockllm.dsh.reader import CallChunk, SessionLog
+from mockllm.scenario.load import Scenario, SessionScript
+from mockllm.script.entries import ChunksEntry, Entry, HangEntry, ThrowEntry
+from mockllm.script.inputs import TOOL_RESULT, USER_MESSAGE, recorded_inputs
 from tests.replay_client import expected_from_entry, received_from_stream
 
 HOLD_TIMEOUT = 0.3  # a held call (hang, aborted finish) is given up after this, as an agent cancels

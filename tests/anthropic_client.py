@@ -11,8 +11,8 @@ from typing import Any
 
 import anthropic
 
-from mockllm.chunks import BlockEnd, BlockStart, FinishChunk, ReasoningDelta, TextDelta, ToolCallDelta, UsageChunk
-from mockllm.entries import ChunksEntry, Entry
+from mockllm.dsh.chunks import BlockEnd, BlockStart, FinishChunk, ReasoningDelta, TextDelta, ToolCallDelta, UsageChunk
+from mockllm.script.entries import ChunksEntry, Entry
 
 STOP_REASONS = {"stop": "end_turn", "tool-calls": "tool_use", "max-tokens": "max_tokens"}
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from mockllm.options import ServeOptions
-from mockllm.serve import RunningServer, load_source, start_server
+from mockllm.server.running import RunningServer, load_source, start_server
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDINGS = ROOT / "recordings"

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from mockllm import writer
-from mockllm.header import InheritedEventCount, SessionHeader
+from mockllm.dsh import writer
+from mockllm.dsh.header import InheritedEventCount, SessionHeader
 
 CORPUS = Path(__file__).parents[2] / "shared" / "corpus"
 CORPUS_MISSING = f"the shared dsh corpus is not at {CORPUS} (it lives next to the project checkout)"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mockllm.chunks import BlockEnd, BlockStart, FinishChunk, ReasoningDelta, TextDelta, ToolCallDelta, UsageChunk
-from mockllm.entries import ChunksEntry, Entry
+from mockllm.dsh.chunks import BlockEnd, BlockStart, FinishChunk, ReasoningDelta, TextDelta, ToolCallDelta, UsageChunk
+from mockllm.script.entries import ChunksEntry, Entry
 from mockllm.wire.chat import finish_reason, usage_object
 
 

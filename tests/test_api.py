@@ -13,7 +13,7 @@ import pytest
 
 import mockllm
 from mockllm.errors import NotAScenarioError
-from mockllm.run_report import RunReport
+from mockllm.replay.report import RunReport
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDINGS = ROOT / "recordings"

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-import mockllm.server
+import mockllm.server.app
 from tests.conftest import assert_mock_error, http, new_run
 from tests.dshtree import chunks_entry, text_call, write_override
 
@@ -78,7 +78,7 @@ async def test_bad_chat_bodies(serve, scenario, data, needle):
 
 async def test_huge_body_is_413(serve, scenario, monkeypatch):
     # create_app reads MAX_BODY when the app is built (its client_max_size): patch it before starting.
-    monkeypatch.setattr(mockllm.server, "MAX_BODY", 4096)
+    monkeypatch.setattr(mockllm.server.app, "MAX_BODY", 4096)
     server = await serve(scenario)
     _, base = await new_run(server.base_url, "s")
     under = {**GOOD, "messages": [{"role": "user", "content": "x" * 3000}]}

@@ -19,8 +19,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from mockllm.recording import read_log
-from mockllm.scenario import load_suite
+from mockllm.dsh.reader import read_log
+from mockllm.scenario.load import load_suite
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 sys.path.insert(0, str(SCRIPTS))
@@ -335,9 +335,9 @@ def test_the_pace_bench_expects_the_schedule_mockllm_serves(tmp_path: Path) -> N
     """The bench's intended offsets are those mockllm's pacing computes for the scenario it writes."""
     import bench_pace
 
-    from mockllm.catalog import Catalog
-    from mockllm.pacing import chunk_offsets, frame_offsets
-    from mockllm.scenario import load_scenario
+    from mockllm.replay.catalog import Catalog
+    from mockllm.replay.pacing import chunk_offsets, frame_offsets
+    from mockllm.scenario.load import load_scenario
     from mockllm.wire import CHAT
 
     config = bench_pace.parse_args(["--quick"])

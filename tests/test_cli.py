@@ -1,4 +1,4 @@
-"""`mockllm inspect` and `mockllm check`, run in-process through `mockllm.cli.main`."""
+"""`mockllm inspect` and `mockllm check`, run in-process through `mockllm.cli.main.main`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from logbuilder import CORPUS, corpus_params, fork_tree, header, text_call, tool_call, turn_rows, write_log
 
-from mockllm.cli import main
+from mockllm.cli.main import main
 
 SESSION_KEYS = ["id", "file", "parent", "kind", "cut", "events", "entries"]
 

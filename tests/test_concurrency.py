@@ -14,8 +14,8 @@ import aiohttp
 import openai
 import pytest
 
-from mockllm.scenario import load_suite
-from mockllm.serve import start_server
+from mockllm.scenario.load import load_suite
+from mockllm.server.running import start_server
 from tests.conftest import http, new_run, run_state, sse_payloads
 from tests.dshtree import chunks_entry, finish, text_call, write_override, write_sessions
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from logbuilder import CORPUS, CORPUS_MISSING, corpus_params
 
-from mockllm.check import check_suite
-from mockllm.recording import read_log
-from mockllm.scenario import load_scenario, load_suite
-from mockllm.script import derive_calls, recorded_calls
+from mockllm.cli.validate import check_suite
+from mockllm.dsh.reader import read_log
+from mockllm.scenario.load import load_scenario, load_suite
+from mockllm.script.derive import derive_calls, recorded_calls
 
 # scenario -> sessions in script order: (file, kind, cut, logical events, entries)
 EXPECTED: dict[str, list[tuple[str, str, int, int, int]]] = {

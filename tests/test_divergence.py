@@ -12,8 +12,8 @@ from typing import Any
 import openai
 import pytest
 
-from mockllm.divergence import SHOWN, short_diff
-from mockllm.scenario import SessionScript, load_scenario
+from mockllm.replay.divergence import SHOWN, short_diff
+from mockllm.scenario.load import SessionScript, load_scenario
 from tests.conftest import CORPUS, corpus_or_skip, http, new_run, run_state
 from tests.dshtree import Log, header, text_call, write_log
 from tests.logbuilder import corpus_params

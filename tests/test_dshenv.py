@@ -14,8 +14,8 @@ import openai
 import pytest
 
 import mockllm
-from mockllm.dshenv import CHILD_FILES, FILE, OVERRIDE, DshEnvError, load_dsh_env, requested
-from mockllm.scenario import load_scenario
+from mockllm.scenario.dshenv import CHILD_FILES, FILE, OVERRIDE, DshEnvError, load_dsh_env, requested
+from mockllm.scenario.load import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDINGS = ROOT / "recordings"

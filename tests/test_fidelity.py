@@ -13,9 +13,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from mockllm.catalog import Catalog
-from mockllm.recording import parse_log
-from mockllm.scenario import load_scenario
+from mockllm.dsh.reader import parse_log
+from mockllm.replay.catalog import Catalog
+from mockllm.scenario.load import load_scenario
 from mockllm.wire import CHAT
 from mockllm.wire.chat import DONE
 from tests.conftest import CORPUS, RECORDINGS

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from logbuilder import corpus_params
 
+from mockllm.dsh.header import InheritedEventCount, SessionHeader, encode_header, parse_header
+from mockllm.dsh.reader import read_log
 from mockllm.errors import HeaderError, RecordingError
-from mockllm.header import InheritedEventCount, SessionHeader, encode_header, parse_header
-from mockllm.recording import read_log
 
 
 @pytest.mark.parametrize("log", corpus_params("*/*/session*.jsonl"))

@@ -8,9 +8,9 @@ import msgspec
 import pytest
 from logbuilder import text_call, tool_call
 
-from mockllm.chunks import StreamChunk
-from mockllm.entries import ChunksEntry, Entry, HangEntry, ThrowEntry
-from mockllm.inspect import describe_entry
+from mockllm.cli.tree_view import describe_entry
+from mockllm.dsh.chunks import StreamChunk
+from mockllm.script.entries import ChunksEntry, Entry, HangEntry, ThrowEntry
 
 
 def chunks(*raw: Any) -> list[StreamChunk]:

@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 
 from mockllm.errors import ReplayFailure
-from mockllm.journal import BODY_KEPT, Failures, Journal
+from mockllm.replay.journal import BODY_KEPT, Failures, Journal
 from tests.conftest import http, new_run, run_state
 from tests.dshtree import text_call, write_sessions
 

@@ -22,16 +22,16 @@ import anthropic
 import openai
 import pytest
 
-from mockllm.catalog import Catalog
-from mockllm.entries import ChunksEntry
-from mockllm.pacing import MAX_GAP_MS, chunk_offsets, frame_offsets
-from mockllm.scenario import load_scenario
-from mockllm.script import Timing
-from mockllm.serve import RunningServer
-from mockllm.server import SERVER_KEY, MockServer
+from mockllm.dsh.writer import write_log
+from mockllm.replay.catalog import Catalog
+from mockllm.replay.pacing import MAX_GAP_MS, chunk_offsets, frame_offsets
+from mockllm.scenario.load import load_scenario
+from mockllm.script.derive import Timing
+from mockllm.script.entries import ChunksEntry
+from mockllm.server.app import SERVER_KEY, MockServer
+from mockllm.server.running import RunningServer
 from mockllm.wire import DIALECTS
 from mockllm.wire.reply import AT_END, AT_START
-from mockllm.writer import write_log
 from tests.conftest import CORPUS, corpus_or_skip, http, new_run, run_state
 from tests.logbuilder import header
 

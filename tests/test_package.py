@@ -85,7 +85,7 @@ def test_wheel_holds_every_module_the_typing_marker_and_every_recording(installe
                   for p in (ROOT / "recordings").rglob("*") if p.is_file()}
     assert modules | recordings | {"mockllm/py.typed"} <= names, "add the missing package to pyproject.toml"
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "mockllm = mockllm.cli:main" in zipfile.ZipFile(installed.wheel).read(entry_points).decode()
+    assert "mockllm = mockllm.cli.main:main" in zipfile.ZipFile(installed.wheel).read(entry_points).decode()
 
 
 def test_package_list_names_every_sub_package() -> None:
@@ -146,7 +146,8 @@ def test_installed_wheel_serves_its_bundled_recordings_from_root(installed: Inst
 
 
 def test_installed_package_is_the_wheel_not_a_checkout(installed: Installed) -> None:
-    code = "import mockllm, mockllm.serve; print(mockllm.__file__); print(mockllm.serve.bundled_recordings())"
+    code = ("import mockllm, mockllm.server.running; print(mockllm.__file__); "
+            "print(mockllm.server.running.bundled_recordings())")
     out = subprocess.run([str(installed.python), "-c", code], cwd="/", env=clean_env(), check=True,
                          capture_output=True, text=True).stdout.split()
     assert [Path(p).is_relative_to(installed.site_packages) for p in out] == [True, True]

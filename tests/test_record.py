@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from mockllm.check import check_suite
-from mockllm.inspect import scenario_to_json
-from mockllm.record import RecordOptions, start_recorder
-from mockllm.scenario import load_scenario, load_suite
+from mockllm.cli.tree_view import scenario_to_json
+from mockllm.cli.validate import check_suite
+from mockllm.record.command import RecordOptions, start_recorder
+from mockllm.scenario.load import load_scenario, load_suite
 from tests.agent_drive import drive, plan
 from tests.conftest import CORPUS, corpus_or_skip, new_run
 from tests.dialect_drive import SENDERS

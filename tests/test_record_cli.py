@@ -8,8 +8,8 @@ import sys
 
 import openai
 
-from mockllm.check import check_suite
-from mockllm.scenario import load_suite
+from mockllm.cli.validate import check_suite
+from mockllm.scenario.load import load_suite
 from tests.conftest import ROOT, corpus_or_skip, new_run
 
 

@@ -11,11 +11,11 @@ import aiohttp
 import openai
 import pytest
 
-from mockllm.check import check_suite
-from mockllm.record import RecordOptions, start_recorder
-from mockllm.recording import read_log
-from mockllm.scenario import load_scenario, load_suite
-from mockllm.writer import recover
+from mockllm.cli.validate import check_suite
+from mockllm.dsh.reader import read_log
+from mockllm.dsh.writer import recover
+from mockllm.record.command import RecordOptions, start_recorder
+from mockllm.scenario.load import load_scenario, load_suite
 from tests.conftest import new_run
 from tests.fake_upstream import Answer, FakeUpstream, chat_chunk, running_upstream
 

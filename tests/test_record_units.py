@@ -5,14 +5,14 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from mockllm.chunks import Block, BlockEnd, BlockStart, FinishChunk, FinishReason, TextDelta, ToolCallDelta
-from mockllm.inputs import recorded_inputs
-from mockllm.record_call import ObservedCall, TimedChunk, observe
-from mockllm.record_events import SessionEvents
-from mockllm.redact import MASK, Redactor, redact_chunks
-from mockllm.sse_reader import SSEReader
+from mockllm.dsh.chunks import Block, BlockEnd, BlockStart, FinishChunk, FinishReason, TextDelta, ToolCallDelta
+from mockllm.dsh.writer import encode_rows
+from mockllm.record.call import ObservedCall, TimedChunk, observe
+from mockllm.record.events import SessionEvents
+from mockllm.record.redact import MASK, Redactor, redact_chunks
+from mockllm.script.inputs import recorded_inputs
 from mockllm.wire.dialect import Message, ToolCall
-from mockllm.writer import encode_rows
+from mockllm.wire.sse_reader import SSEReader
 
 STREAM = b'data: {"a":1}\r\n\r\nevent: x\ndata: {"b":2}\ndata: {"c":3}\n\n: keep-alive\n\ndata: [DONE]\n\n'
 EVENTS = [(None, b'{"a":1}'), ("x", b'{"b":2}\n{"c":3}'), (None, b"[DONE]")]

@@ -8,9 +8,9 @@ import msgspec
 import pytest
 from logbuilder import CORPUS, CORPUS_MISSING
 
-from mockllm.chunks import ReasoningDelta, TextDelta, ToolCallDelta
+from mockllm.dsh.chunks import ReasoningDelta, TextDelta, ToolCallDelta
+from mockllm.dsh.reader import CallChunk, SessionLog, read_log
 from mockllm.errors import RecordingError
-from mockllm.recording import CallChunk, SessionLog, read_log
 
 HEAD = '{"type":"session","version":0,"id":"p","createdAt":0}'
 

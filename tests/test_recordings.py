@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from mockllm.chunks import BlockEnd, FinishChunk, StreamChunk, TextDelta
-from mockllm.entries import ChunksEntry, Entry, HangEntry, ThrowEntry
-from mockllm.recording import read_log
-from mockllm.scenario import Scenario, load_scenario, load_suite
-from mockllm.script import derive_calls, recorded_calls
+from mockllm.dsh.chunks import BlockEnd, FinishChunk, StreamChunk, TextDelta
+from mockllm.dsh.reader import read_log
+from mockllm.scenario.load import Scenario, load_scenario, load_suite
+from mockllm.script.derive import derive_calls, recorded_calls
+from mockllm.script.entries import ChunksEntry, Entry, HangEntry, ThrowEntry
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDINGS = ROOT / "recordings"

@@ -9,7 +9,7 @@ import aiohttp
 import openai
 import pytest
 
-from mockllm.conversations import ConversationIndex
+from mockllm.replay.conversations import ConversationIndex
 from mockllm.wire.chat import chat_messages
 from tests.conftest import assert_mock_error, http, new_run, run_state
 from tests.dshtree import (

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from logbuilder import chunk_rows, fork_tree, header, text_call, tool_call, turn_rows, write_log
 
-from mockllm.chunks import (
+from mockllm.dsh.chunks import (
     Block,
     BlockEnd,
     BlockStart,
@@ -19,11 +19,11 @@ from mockllm.chunks import (
     TokenUsage,
     UsageChunk,
 )
-from mockllm.entries import ChunksEntry, Entry, HangEntry
+from mockllm.dsh.reader import read_log
 from mockllm.errors import RecordingError
-from mockllm.recording import read_log
-from mockllm.scenario import ScenarioError, load_scenario
-from mockllm.script import derive_calls, recorded_calls
+from mockllm.scenario.load import ScenarioError, load_scenario
+from mockllm.script.derive import derive_calls, recorded_calls
+from mockllm.script.entries import ChunksEntry, Entry, HangEntry
 
 
 def text_of(entry: Entry) -> str:

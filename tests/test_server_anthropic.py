@@ -15,8 +15,8 @@ import anthropic
 import httpx2
 import pytest
 
-from mockllm.entries import ChunksEntry, HangEntry, ThrowEntry
-from mockllm.scenario import load_scenario
+from mockllm.scenario.load import load_scenario
+from mockllm.script.entries import ChunksEntry, HangEntry, ThrowEntry
 from tests.anthropic_client import SDK_ERRORS, create_message, expected_from_entry, sdk_base, stream_message
 from tests.conftest import CORPUS, corpus_or_skip, http, new_run, run_state
 from tests.dshtree import (

@@ -9,8 +9,8 @@ from __future__ import annotations
 import openai
 import pytest
 
-from mockllm.entries import ChunksEntry, HangEntry, ThrowEntry
-from mockllm.scenario import load_scenario
+from mockllm.scenario.load import load_scenario
+from mockllm.script.entries import ChunksEntry, HangEntry, ThrowEntry
 from tests.conftest import CORPUS, corpus_or_skip, http
 from tests.replay_client import expected_from_entry, received_from_stream
 

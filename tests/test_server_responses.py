@@ -15,9 +15,9 @@ import aiohttp
 import openai
 import pytest
 
-from mockllm.chunks import BlockEnd, BlockStart, FinishChunk, ReasoningDelta, TextDelta, ToolCallDelta, UsageChunk
-from mockllm.entries import ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
-from mockllm.scenario import load_scenario
+from mockllm.dsh.chunks import BlockEnd, BlockStart, FinishChunk, ReasoningDelta, TextDelta, ToolCallDelta, UsageChunk
+from mockllm.scenario.load import load_scenario
+from mockllm.script.entries import ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
 from tests.conftest import CORPUS, corpus_or_skip, new_run, run_state
 from tests.dshtree import (
     FORK_ID,

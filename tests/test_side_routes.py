@@ -12,10 +12,10 @@ import aiohttp
 import openai
 import pytest
 
-from mockllm.check import check_suite
+from mockllm.cli.tree_view import describe_entry, describe_suite, suite_to_json
+from mockllm.cli.validate import check_suite
 from mockllm.errors import ScenarioError
-from mockllm.inspect import describe_entry, describe_suite, suite_to_json
-from mockllm.scenario import load_scenario, load_suite
+from mockllm.scenario.load import load_scenario, load_suite
 from tests.conftest import CORPUS, corpus_or_skip, http, new_run, run_state
 from tests.dshtree import chunks_entry, header, text_call, write_log, write_override, write_sessions
 
@@ -239,7 +239,7 @@ def test_a_ready_file_outside_the_cwd_is_refused_at_load_naming_file_and_line(tm
 
 
 def test_inspect_and_check_take_side_route_as_serve_does(tmp_path, capsys):
-    from mockllm.cli import main
+    from mockllm.cli.main import main
 
     folder = _title_fixture(tmp_path)
     assert main(["inspect", str(folder), "--json", "--side-route", f"{TITLE}=replay.override.json"]) == 0

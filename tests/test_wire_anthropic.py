@@ -10,10 +10,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from mockllm.chunks import StreamChunk
-from mockllm.entries import ChunksEntry, Entry
-from mockllm.scenario import load_scenario
-from mockllm.templates import request_text
+from mockllm.dsh.chunks import StreamChunk
+from mockllm.scenario.load import load_scenario
+from mockllm.script.entries import ChunksEntry, Entry
+from mockllm.script.templates import request_text
 from mockllm.wire.anthropic import MESSAGE_STOP, SIGNATURE, AnthropicMessages, render_entry
 from mockllm.wire.dialect import Envelope, Message, ToolCall
 from mockllm.wire.reply import Reply

@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from mockllm.entries import Entry
+from mockllm.script.entries import Entry
 from mockllm.wire.chat import DONE, render_entry
 from mockllm.wire.dialect import Envelope
 from mockllm.wire.reply import Reply

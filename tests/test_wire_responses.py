@@ -10,11 +10,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from mockllm.chunks import StreamChunk, TokenUsage, UsageChunk
-from mockllm.entries import ChunksEntry, Entry
+from mockllm.dsh.chunks import StreamChunk, TokenUsage, UsageChunk
 from mockllm.errors import RequestError
-from mockllm.replay import Run
-from mockllm.scenario import load_scenario
+from mockllm.replay.run import Run
+from mockllm.scenario.load import load_scenario
+from mockllm.script.entries import ChunksEntry, Entry
 from mockllm.wire import DIALECTS
 from mockllm.wire.dialect import Envelope, Message, ToolCall
 from mockllm.wire.reply import Reply

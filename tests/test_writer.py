@@ -10,14 +10,14 @@ import msgspec
 import pytest
 from logbuilder import chunk_rows, corpus_params, header, stamped, text_call, turn_rows
 
-from mockllm.chunks import TextDelta
-from mockllm.entries import ChunksEntry
+from mockllm.dsh.chunks import TextDelta
+from mockllm.dsh.header import InheritedEventCount, SessionHeader
+from mockllm.dsh.reader import PACKED_TYPES, Event, SessionLog, parse_log, read_log
+from mockllm.dsh.writer import SessionWriter, encode_log, partial_path, recover, write_log
 from mockllm.errors import RecordingError
-from mockllm.header import InheritedEventCount, SessionHeader
-from mockllm.recording import PACKED_TYPES, Event, SessionLog, parse_log, read_log
-from mockllm.scenario import is_scenario, load_scenario
-from mockllm.script import calls_to_entries, derive_calls
-from mockllm.writer import SessionWriter, encode_log, partial_path, recover, write_log
+from mockllm.scenario.load import is_scenario, load_scenario
+from mockllm.script.derive import calls_to_entries, derive_calls
+from mockllm.script.entries import ChunksEntry
 
 RECORDINGS = Path(__file__).resolve().parents[1] / "recordings"
 # Row fields the reader models; a corpus row with others (dsh's `surfaceOp`, `sourceEventSeqs`)
@@ -293,7 +293,7 @@ def test_a_failed_write_is_never_named(tmp_path: Path, monkeypatch: pytest.Monke
     def disk_full(fd: int) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("mockllm.writer.os.fsync", disk_full)
+    monkeypatch.setattr("mockllm.dsh.writer.os.fsync", disk_full)
     with pytest.raises(OSError, match="No space"):
         rec.append(call_events(3, 14, "never durable"))
     with pytest.raises(ValueError, match="abandoned"):

@@ -50,7 +50,7 @@ from typing import Any
 
 import msgspec
 
-from mockllm.chunks import (
+from mockllm.dsh.chunks import (
     Block,
     BlockEnd,
     BlockStart,
@@ -62,8 +62,8 @@ from mockllm.chunks import (
     ToolCallDelta,
     UsageChunk,
 )
-from mockllm.entries import HANG_CHUNKS, ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
 from mockllm.errors import RequestError
+from mockllm.script.entries import HANG_CHUNKS, ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
 from mockllm.wire import anthropic_stream
 from mockllm.wire.anthropic_stream import AnthropicStreamDecoder
 from mockllm.wire.dialect import (

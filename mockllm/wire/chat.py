@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from mockllm.chunks import (
+from mockllm.dsh.chunks import (
     Block,
     BlockEnd,
     BlockStart,
@@ -24,8 +24,8 @@ from mockllm.chunks import (
     ToolCallDelta,
     UsageChunk,
 )
-from mockllm.entries import HANG_CHUNKS, ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
 from mockllm.errors import RequestError
+from mockllm.script.entries import HANG_CHUNKS, ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
 from mockllm.wire import chat_stream
 from mockllm.wire.chat_stream import ChatStreamDecoder
 from mockllm.wire.dialect import (

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from mockllm.chunks import (
+from mockllm.dsh.chunks import (
     BlockStart,
     Failure,
     FinishReason,

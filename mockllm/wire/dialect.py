@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from mockllm.chunks import (
+from mockllm.dsh.chunks import (
     Block,
     BlockEnd,
     Failure,
@@ -29,7 +29,7 @@ from mockllm.chunks import (
     ToolCallDelta,
     UsageChunk,
 )
-from mockllm.entries import Entry
+from mockllm.script.entries import Entry
 from mockllm.wire.reply import Reply
 
 

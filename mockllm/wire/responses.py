@@ -40,7 +40,7 @@ from typing import Any
 
 import msgspec
 
-from mockllm.chunks import (
+from mockllm.dsh.chunks import (
     Block,
     BlockEnd,
     BlockStart,
@@ -52,8 +52,8 @@ from mockllm.chunks import (
     ToolCallDelta,
     UsageChunk,
 )
-from mockllm.entries import HANG_CHUNKS, ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
 from mockllm.errors import RequestError
+from mockllm.script.entries import HANG_CHUNKS, ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
 from mockllm.wire import responses_stream
 from mockllm.wire.chat import error_body, error_type, text_of
 from mockllm.wire.dialect import (

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from mockllm.chunks import (
+from mockllm.dsh.chunks import (
     BlockStart,
     Failure,
     FinishReason,

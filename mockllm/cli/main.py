@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from mockllm.options import add_arguments, from_arguments
-from mockllm.side_routes import SideRouteSpec, parse_side_route
+from mockllm.scenario.side_routes import SideRouteSpec, parse_side_route
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -62,22 +61,18 @@ def _add_record(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.verb == "serve":
-        from mockllm.serve import serve_forever
+        from mockllm.server.running import serve_forever
 
         return serve_forever(args.path, from_arguments(args))
     if args.verb == "record":
-        from mockllm.record import RecordOptions, record_forever
+        from mockllm.record.command import RecordOptions, record_forever
 
         return record_forever(RecordOptions(args.upstream, args.out, pack=args.pack, redact=tuple(args.redact),
                                             host=args.host, port=args.port, log_level=args.log_level))
     if args.verb == "inspect":
-        from mockllm.inspect import run_inspect
+        from mockllm.cli.tree_view import run_inspect
 
         return run_inspect(args.path, as_json=args.json, side_routes=args.side_routes)
-    from mockllm.check import run_check
+    from mockllm.cli.validate import run_check
 
     return run_check(args.path, side_routes=args.side_routes)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

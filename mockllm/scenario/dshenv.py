@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from mockllm.errors import MockllmError, ScenarioError
-from mockllm.scenario import Suite, build_scenario
-from mockllm.side_routes import SideRouteSpec
+from mockllm.scenario.load import Suite, build_scenario
+from mockllm.scenario.side_routes import SideRouteSpec
 
 FILE = "DSH_SNAPSHOT_FILE"
 CHILD_FILES = "DSH_SNAPSHOT_CHILD_FILES"

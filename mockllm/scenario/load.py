@@ -13,14 +13,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mockllm.entries import Entry, tools_called
+from mockllm.dsh.header import SessionHeader, SessionKind
+from mockllm.dsh.reader import SessionLog, read_log
 from mockllm.errors import NotAScenarioError, RecordingError, ScenarioError
-from mockllm.header import SessionHeader, SessionKind
-from mockllm.inputs import RecordedInputs
-from mockllm.recording import SessionLog, read_log
-from mockllm.script import Timing, call_timings, derive_script, recorded_model
-from mockllm.side_routes import MANIFEST_FILE, SideRoute, SideRouteSpec, load_side_route, read_manifest
-from mockllm.sidecar import SIDECAR_FILE, Sidecar, read_sidecar
+from mockllm.scenario.side_routes import MANIFEST_FILE, SideRoute, SideRouteSpec, load_side_route, read_manifest
+from mockllm.script.derive import Timing, call_timings, derive_script, recorded_model
+from mockllm.script.entries import Entry, tools_called
+from mockllm.script.inputs import RecordedInputs
+from mockllm.script.sidecar import SIDECAR_FILE, Sidecar, read_sidecar
 
 PRIMARY_FILE = "session.jsonl"
 _CHILD_FILE = re.compile(r"session\.(\d+)\.jsonl")

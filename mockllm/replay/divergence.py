@@ -19,8 +19,8 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from mockllm.inputs import Input
-from mockllm.templates import CWD
+from mockllm.script.inputs import Input
+from mockllm.script.templates import CWD
 from mockllm.wire.dialect import Message
 
 SHOWN = 160  # characters of expected/got a report shows

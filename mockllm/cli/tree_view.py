@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mockllm.chunks import (
+from mockllm.dsh.chunks import (
     BlockEnd,
     BlockStart,
     FinishChunk,
@@ -23,10 +23,10 @@ from mockllm.chunks import (
     TextDelta,
     ToolCallDelta,
 )
-from mockllm.entries import Entry, HangEntry, ThrowEntry
 from mockllm.errors import NotAScenarioError, ScenarioError
-from mockllm.scenario import Scenario, SessionScript, Suite, load_suite
-from mockllm.side_routes import SideRouteSpec
+from mockllm.scenario.load import Scenario, SessionScript, Suite, load_suite
+from mockllm.scenario.side_routes import SideRouteSpec
+from mockllm.script.entries import Entry, HangEntry, ThrowEntry
 
 GIST_WORDS = 8
 GIST_MESSAGE_CHARS = 80

@@ -15,11 +15,11 @@ from typing import Any
 
 import msgspec
 
-from mockllm.chunks import Block, BlockEnd, FinishReason, UsageChunk
-from mockllm.record_call import ObservedCall
-from mockllm.recording import CHUNK_EVENT, CallChunk, Event
-from mockllm.redact import Redactor, redact_chunks
-from mockllm.writer import EventLike
+from mockllm.dsh.chunks import Block, BlockEnd, FinishReason, UsageChunk
+from mockllm.dsh.reader import CHUNK_EVENT, CallChunk, Event
+from mockllm.dsh.writer import EventLike
+from mockllm.record.call import ObservedCall
+from mockllm.record.redact import Redactor, redact_chunks
 
 USER_TRIGGER = {"kind": "message", "source": {"kind": "user"}}
 

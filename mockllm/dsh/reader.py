@@ -18,9 +18,9 @@ from typing import Literal
 
 import msgspec
 
-from mockllm.chunks import ReasoningDelta, StreamChunk, TextDelta, ToolCallDelta
+from mockllm.dsh.chunks import ReasoningDelta, StreamChunk, TextDelta, ToolCallDelta
+from mockllm.dsh.header import SessionHeader, parse_header
 from mockllm.errors import HeaderError, RecordingError
-from mockllm.header import SessionHeader, parse_header
 
 CHUNK_EVENT = "assistant/chunk"
 PACKED_TYPES = ("text-chunks", "reasoning-chunks", "tool-call-chunks")

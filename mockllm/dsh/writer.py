@@ -21,9 +21,9 @@ from typing import Any
 
 import msgspec
 
-from mockllm.chunks import ToolCallDelta
-from mockllm.header import SessionHeader, encode_header
-from mockllm.recording import CHUNK_EVENT, CallChunk, Event, parse_log
+from mockllm.dsh.chunks import ToolCallDelta
+from mockllm.dsh.header import SessionHeader, encode_header
+from mockllm.dsh.reader import CHUNK_EVENT, CallChunk, Event, parse_log
 
 Row = Mapping[str, Any]
 EventLike = Event | Row
@@ -224,7 +224,7 @@ class SessionWriter:
         except FileExistsError:
             raise FileExistsError(
                 f"{self.partial}: a crashed recording was left here; salvage it with "
-                "mockllm.writer.recover() or delete it") from None
+                "mockllm.dsh.writer.recover() or delete it") from None
         self._abandoned = False
         self._write(encode_header(header) + b"\n")
         _fsync_dir(self.partial.parent)  # the partial file's name must survive a crash too

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import msgspec
 
-from mockllm.entries import ENTRY_KINDS, Entry, HangEntry, ready_file_problem
 from mockllm.errors import RecordingError
+from mockllm.script.entries import ENTRY_KINDS, Entry, HangEntry, ready_file_problem
 
 SIDECAR_FILE = "replay.override.json"
 

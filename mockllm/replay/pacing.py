@@ -35,9 +35,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from mockllm.entries import ChunksEntry
-from mockllm.replay import Run
-from mockllm.script import Timing
+from mockllm.replay.run import Run
+from mockllm.script.derive import Timing
+from mockllm.script.entries import ChunksEntry
 from mockllm.wire.reply import AT_START, Reply
 
 log = logging.getLogger("mockllm")

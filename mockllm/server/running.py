@@ -19,11 +19,11 @@ from typing import Any
 
 from aiohttp import web
 
-from mockllm import dshenv
 from mockllm.errors import MockllmError
 from mockllm.options import ServeOptions
-from mockllm.scenario import Suite, load_suite
-from mockllm.server import create_app
+from mockllm.scenario import dshenv
+from mockllm.scenario.load import Suite, load_suite
+from mockllm.server.app import create_app
 
 # Held streams (hangs) are cancelled on shutdown; nothing else needs long to finish.
 SHUTDOWN_TIMEOUT = 1.0

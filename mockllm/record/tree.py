@@ -31,18 +31,18 @@ from typing import Any
 
 import msgspec
 
-from mockllm.chunks import Failure, FinishChunk, FinishReason, StreamChunk
-from mockllm.entries import ThrowEntry
-from mockllm.header import InheritedEventCount, SessionHeader
-from mockllm.record_call import ObservedCall, TimedChunk
-from mockllm.record_events import SessionEvents
-from mockllm.recording import Event
-from mockllm.redact import Redactor, redact_chunks
-from mockllm.scenario import PRIMARY_FILE
-from mockllm.sidecar import SIDECAR_FILE
-from mockllm.writer import EventLike, SessionWriter, partial_path
+from mockllm.dsh.chunks import Failure, FinishChunk, FinishReason, StreamChunk
+from mockllm.dsh.header import InheritedEventCount, SessionHeader
+from mockllm.dsh.reader import Event
+from mockllm.dsh.writer import EventLike, SessionWriter, partial_path
+from mockllm.record.call import ObservedCall, TimedChunk
+from mockllm.record.events import SessionEvents
+from mockllm.record.redact import Redactor, redact_chunks
+from mockllm.scenario.load import PRIMARY_FILE
+from mockllm.script.entries import ThrowEntry
+from mockllm.script.sidecar import SIDECAR_FILE
 
-log = logging.getLogger("mockllm.record")
+log = logging.getLogger("mockllm.record.command")
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,10 +21,10 @@ from types import TracebackType
 import aiohttp
 from aiohttp import web
 
-from mockllm.record_proxy import Recorder, create_app
-from mockllm.record_tree import SessionTree
-from mockllm.redact import Redactor
-from mockllm.serve import RunningServer
+from mockllm.record.proxy import Recorder, create_app
+from mockllm.record.redact import Redactor
+from mockllm.record.tree import SessionTree
+from mockllm.server.running import RunningServer
 
 SHUTDOWN_TIMEOUT = 1.0
 

@@ -15,8 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from mockllm.conversations import ConversationIndex
-from mockllm.divergence import (
+from mockllm.errors import ReplayFailure
+from mockllm.options import Headerless, RunSettings, ServeOptions
+from mockllm.replay.conversations import ConversationIndex
+from mockllm.replay.divergence import (
     Divergence,
     compare_inputs,
     describe_mismatch,
@@ -25,10 +27,8 @@ from mockllm.divergence import (
     live_inputs,
     tool_not_offered,
 )
-from mockllm.errors import ReplayFailure
-from mockllm.journal import CallRecord, Failures, Journal
-from mockllm.options import Headerless, RunSettings, ServeOptions
-from mockllm.scenario import Scenario, SessionScript
+from mockllm.replay.journal import CallRecord, Failures, Journal
+from mockllm.scenario.load import Scenario, SessionScript
 from mockllm.wire.dialect import Dialect, Message, Request
 
 ANONYMOUS = "anonymous"
@@ -72,7 +72,7 @@ class Run:
     default: bool = False  # a scenario's default run (/scenarios/{name}/v1): its errors say how to reset it
     divergences: dict[int, Divergence] = field(default_factory=dict)  # the first per script
     diverged_calls: int = 0
-    # (file, call) -> how pacing served that call when it could not pace it as asked (mockllm.pacing).
+    # (file, call) -> how pacing served that call when it could not pace it as asked (mockllm.replay.pacing).
     pacing: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     _bound: dict[int, Binding] = field(default_factory=dict)
     _pending: list[tuple[Turn, Request, CallRecord]] = field(default_factory=list)  # answered, not yet compared

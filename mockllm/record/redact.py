@@ -15,7 +15,16 @@ from typing import Any
 
 import msgspec
 
-from mockllm.chunks import Block, BlockEnd, Failure, FinishChunk, ReasoningDelta, StreamChunk, TextDelta, ToolCallDelta
+from mockllm.dsh.chunks import (
+    Block,
+    BlockEnd,
+    Failure,
+    FinishChunk,
+    ReasoningDelta,
+    StreamChunk,
+    TextDelta,
+    ToolCallDelta,
+)
 
 MASK = "[REDACTED]"
 

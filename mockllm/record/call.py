@@ -1,7 +1,7 @@
 """What the proxy saw of one model call: the request's new inputs and the answer's timed chunks.
 
 A request's new inputs are its user and tool messages after its last assistant message (what
-`mockllm.inputs` reads back as a call's recorded inputs); system prompts are not inputs. A request
+`mockllm.script.inputs` reads back as a call's recorded inputs); system prompts are not inputs. A request
 whose last message is a user message starts a new turn; one ending in tool results (or anything
 else) is the next step of the turn in progress.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mockllm.chunks import Block, BlockEnd, FinishChunk, FinishReason, StreamChunk
+from mockllm.dsh.chunks import Block, BlockEnd, FinishChunk, FinishReason, StreamChunk
 from mockllm.wire.dialect import Message, messages_after_last_assistant
 
 INPUT_ROLES = ("user", "tool")

@@ -27,16 +27,16 @@ import msgspec
 from aiohttp import web
 from multidict import CIMultiDict
 
-from mockllm.chunks import Failure, FinishChunk, FinishReason
-from mockllm.conversations import ConversationIndex
+from mockllm.dsh.chunks import Failure, FinishChunk, FinishReason
 from mockllm.errors import RequestError
-from mockllm.record_call import ObservedCall, TimedChunk, observe
-from mockllm.record_tree import Failed, Lineage, SessionTree
-from mockllm.sse_reader import Event, SSEReader
+from mockllm.record.call import ObservedCall, TimedChunk, observe
+from mockllm.record.tree import Failed, Lineage, SessionTree
+from mockllm.replay.conversations import ConversationIndex
 from mockllm.wire import DEFAULT, DIALECTS
 from mockllm.wire.dialect import Dialect, Request, StreamDecoder
+from mockllm.wire.sse_reader import Event, SSEReader
 
-log = logging.getLogger("mockllm.record")
+log = logging.getLogger("mockllm.record.command")
 
 SESSION_HEADERS = ("x-mockllm-session", "x-deepseek-harness-session-id")
 PARENT_HEADER = "x-mockllm-parent"

@@ -14,8 +14,8 @@ from typing import Any
 
 import msgspec
 
-from mockllm.entries import FROM_REQUEST, Entry
 from mockllm.errors import TemplateError
+from mockllm.script.entries import FROM_REQUEST, Entry
 
 CWD = "{{cwd}}"
 

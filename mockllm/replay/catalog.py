@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import msgspec
 
-from mockllm.entries import FROM_REQUEST, Entry
-from mockllm.scenario import Scenario
-from mockllm.script import Timing
-from mockllm.templates import CWD, resolve_entry
+from mockllm.scenario.load import Scenario
+from mockllm.script.derive import Timing
+from mockllm.script.entries import FROM_REQUEST, Entry
+from mockllm.script.templates import CWD, resolve_entry
 from mockllm.wire.dialect import Dialect, Envelope, Request
 from mockllm.wire.reply import Reply
 

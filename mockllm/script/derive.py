@@ -15,13 +15,22 @@ from typing import Any
 
 import msgspec
 
-from mockllm.chunks import Block, BlockEnd, BlockStart, FinishChunk, FinishReason, StreamChunk, TokenUsage, UsageChunk
-from mockllm.entries import ChunksEntry, Entry
+from mockllm.dsh.chunks import (
+    Block,
+    BlockEnd,
+    BlockStart,
+    FinishChunk,
+    FinishReason,
+    StreamChunk,
+    TokenUsage,
+    UsageChunk,
+)
+from mockllm.dsh.header import SessionKind
+from mockllm.dsh.reader import CallChunk, Event, SessionLog, read_log
 from mockllm.errors import RecordingError
-from mockllm.header import SessionKind
-from mockllm.inputs import TOOL_RESULT, USER_MESSAGE, RecordedInputs
-from mockllm.recording import CallChunk, Event, SessionLog, read_log
-from mockllm.sidecar import Sidecar
+from mockllm.script.entries import ChunksEntry, Entry
+from mockllm.script.inputs import TOOL_RESULT, USER_MESSAGE, RecordedInputs
+from mockllm.script.sidecar import Sidecar
 
 COMPACTION_EVENT = "compaction/summary"
 STEP_START = "step/start"

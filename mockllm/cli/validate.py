@@ -16,11 +16,11 @@ from typing import Any, Literal
 
 import msgspec
 
+from mockllm.cli.tree_view import counted
+from mockllm.dsh.reader import CallChunk, Event, SessionLog
 from mockllm.errors import NotAScenarioError
-from mockllm.inspect import counted
-from mockllm.recording import CallChunk, Event, SessionLog
-from mockllm.scenario import Scenario, SessionScript, Suite, load_suite
-from mockllm.side_routes import SideRouteSpec
+from mockllm.scenario.load import Scenario, SessionScript, Suite, load_suite
+from mockllm.scenario.side_routes import SideRouteSpec
 
 TURN_END = "turn/end"
 

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from mockllm.entries import Entry
+from mockllm.dsh.reader import read_log
 from mockllm.errors import RecordingError
-from mockllm.recording import read_log
-from mockllm.script import derive_script
-from mockllm.sidecar import read_sidecar
+from mockllm.script.derive import derive_script
+from mockllm.script.entries import Entry
+from mockllm.script.sidecar import read_sidecar
 
 MANIFEST_FILE = "mockllm.json"
 

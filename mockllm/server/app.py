@@ -19,15 +19,15 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from mockllm import run_views
-from mockllm.catalog import Catalog
-from mockllm.entries import Entry, HangEntry
 from mockllm.errors import ReplayFailure, RequestError, TemplateError
-from mockllm.journal import CallRecord
 from mockllm.options import RUN_FIELDS, ServeOptions
-from mockllm.pacing import Pacer, Schedule
-from mockllm.replay import Run, Runs
-from mockllm.scenario import Suite
+from mockllm.replay import views as run_views
+from mockllm.replay.catalog import Catalog
+from mockllm.replay.journal import CallRecord
+from mockllm.replay.pacing import Pacer, Schedule
+from mockllm.replay.run import Run, Runs
+from mockllm.scenario.load import Suite
+from mockllm.script.entries import Entry, HangEntry
 from mockllm.wire import DEFAULT, DIALECTS, models_body
 from mockllm.wire.dialect import Dialect, Request
 from mockllm.wire.reply import Reply

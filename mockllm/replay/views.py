@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mockllm.replay import Run
+from mockllm.replay.run import Run
 
 
 def report(run: Run) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from pathlib import PurePosixPath, PureWindowsPath
 
 import msgspec
 
-from mockllm.chunks import BlockEnd, BlockStart, StreamChunk, TextDelta, ToolCallDelta
+from mockllm.dsh.chunks import BlockEnd, BlockStart, StreamChunk, TextDelta, ToolCallDelta
 
 
 class ChunksEntry(msgspec.Struct, tag_field="kind", tag="chunks", forbid_unknown_fields=False):

@@ -1,0 +1,1 @@
+"""The `mockllm` command's verbs: serve, inspect, check, record."""

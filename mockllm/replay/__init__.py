@@ -1,0 +1,1 @@
+"""Replay state (no HTTP): runs, binding, cursors, routing, divergence, journal, reports."""

@@ -1,0 +1,1 @@
+"""Loading scenarios and suites: session trees, side routes, dsh's env contract."""

@@ -1,0 +1,1 @@
+"""Derivation (pure): a session's log becomes its replay script of entries."""

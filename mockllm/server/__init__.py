@@ -1,0 +1,1 @@
+"""The HTTP face: the aiohttp app, its handlers, streaming, and running it."""
