@@ -27,8 +27,8 @@ from aiohttp import web
 
 from mockllm.replay.catalog import Catalog
 from mockllm.scenario.load import load_scenario
-from mockllm.server.app import SSE_HEADERS
 from mockllm.server.running import settle_memory
+from mockllm.server.streaming import SSE_HEADERS
 from mockllm.wire import CHAT
 from mockllm.wire.chat import DONE
 

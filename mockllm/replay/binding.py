@@ -1,0 +1,115 @@
+"""Binding: which recorded session's script a live session replays.
+
+A live session (named by a request header, or found by its conversation) binds on its first call:
+to the script with the same recorded id if there is one; else, under `--bind content`, to the
+first unbound script whose recorded first inputs match its request (twins, with equal first
+inputs, bind among themselves in script order); else to the next unbound script in script order
+(first-call order, as dsh binds). Each binding then has its own cursor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from mockllm.options import RunSettings
+from mockllm.replay.divergence import Divergence, compare_inputs, first_mismatch, live_inputs
+from mockllm.scenario.load import Scenario
+from mockllm.wire.dialect import Request
+
+
+@dataclass(slots=True)
+class Binding:
+    script: int  # index into scenario.sessions
+    live_id: str
+    cursor: int = 0  # entries served so far
+    continued: int | None = None  # the call whose reply the latest chained request continued
+
+
+class Bindings:
+    """A run's bindings, by live id and by script."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.by_live_id: dict[str, Binding] = {}
+        self._by_script: dict[int, Binding] = {}
+
+    def get(self, live_id: str) -> Binding | None:
+        return self.by_live_id.get(live_id)
+
+    def of_script(self, script: int) -> Binding | None:
+        """The binding of script `script`, once a live session is bound to it."""
+        return self._by_script.get(script)
+
+    def __iter__(self) -> Iterator[Binding]:
+        return iter(self._by_script.values())
+
+    def bind(self, script: int, live_id: str) -> Binding:
+        binding = self.by_live_id[live_id] = self._by_script[script] = Binding(script, live_id)
+        return binding
+
+    def file_of(self, live_id: str) -> str | None:
+        """The recorded session file `live_id` is bound to, if it is bound."""
+        binding = self.by_live_id.get(live_id)
+        return self.scenario.sessions[binding.script].file if binding is not None else None
+
+    def choose(self, live_id: str, request: Request | None,
+               settings: RunSettings) -> tuple[int | None, Divergence | None]:
+        """The script a new live session binds to (None: every script with entries is bound), and
+        the divergence when content binding found no match."""
+        sessions = self.scenario.sessions
+        chosen = next((i for i, s in enumerate(sessions) if s.id == live_id and i not in self._by_script), None)
+        if chosen is not None:
+            return chosen, None
+        # Sessions recorded with no model calls never call, so they take no place in first-call order.
+        first = next((i for i, s in enumerate(sessions) if i not in self._by_script and s.entries), None)
+        divergence = None
+        if settings.bind == "content" and request is not None and first is not None:
+            chosen, divergence = self._by_content(live_id, request, first, settings)
+        return (first if chosen is None else chosen), divergence
+
+    def _by_content(self, live_id: str, request: Request, first: int,
+                    settings: RunSettings) -> tuple[int | None, Divergence | None]:
+        """The first unbound script whose first recorded inputs match the request's; else no script,
+        and the divergence from `first`, the script first-call order binds instead."""
+        sessions = self.scenario.sessions
+        live = live_inputs(request.tail)
+        for i in range(first, len(sessions)):
+            recorded = sessions[i].inputs[0] if sessions[i].inputs else None
+            if (i not in self._by_script and sessions[i].entries and recorded
+                    and first_mismatch(recorded.items, live, masks=settings.masks, cwd=settings.cwd) is None):
+                return i, None
+        first_recorded = sessions[first].inputs[0] if sessions[first].inputs else None
+        first_inputs = first_recorded.items if first_recorded else ()
+        what, expected, got, diff = compare_inputs(first_inputs, live, masks=settings.masks, cwd=settings.cwd) or (
+            "its first request", "", "", "")
+        return None, Divergence("binding", sessions[first].file, live_id, 0,
+                                f"{what} (no unbound session's first recorded call matches it; bound in "
+                                "first-call order)", expected, got, diff)
+
+    def continued(self, reply: tuple[int, int] | None) -> Binding | None:
+        """The session a request continuing reply (script, call) belongs to, if it is a step of its chain.
+
+        It is when that reply is the latest one the session was served (the next step), or the one
+        its latest chained request continued (a retry of that step). A request continuing an older
+        reply branches off the chain, as a fork child continues its parent's earlier turn: it is
+        routed by its conversation, like a fork that sends its history. So is a reply id this run
+        never served (another run's, or not one of ours).
+        """
+        binding = self._by_script.get(reply[0]) if reply is not None else None
+        if binding is None or reply is None:
+            return None
+        call = reply[1]
+        if call == binding.cursor - 1 or call == binding.continued:
+            binding.continued = call
+            return binding
+        return None
+
+    @property
+    def drained(self) -> bool:
+        """Every script with entries was bound and served in full."""
+        return all(
+            (b := self._by_script.get(i)) is not None and b.cursor >= len(s.entries)
+            for i, s in enumerate(self.scenario.sessions)
+            if s.entries
+        )

@@ -1,0 +1,62 @@
+"""Every run of a server: the default run per scenario, and runs created by clients."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from typing import Any
+
+from mockllm.options import RunSettings, ServeOptions
+from mockllm.replay.catalog import Catalog
+from mockllm.replay.journal import Journal
+from mockllm.replay.run import Run
+from mockllm.scenario.load import Scenario
+
+
+class Runs:
+    def __init__(self, scenarios: dict[str, Scenario], options: ServeOptions,
+                 catalogs: Mapping[str, Catalog] | None = None) -> None:
+        self._scenarios = scenarios
+        self._options = options
+        self._settings = RunSettings.of(options)
+        # One catalog per scenario, shared by its runs: replies are rendered once, not per run.
+        self.catalogs = dict(catalogs) if catalogs is not None else {
+            name: Catalog(scenario) for name, scenario in scenarios.items()}
+        self._runs: dict[str, Run] = {}
+        self._defaults: dict[str, str] = {}
+        self._ids = itertools.count(1)
+
+    def create(self, scenario: str, overrides: Mapping[str, Any] | None = None) -> Run:
+        """A new run of `scenario`, with the server's settings and a run's JSON `overrides` over them
+        (`POST /_mockllm/runs` fields; a bad one is a ValueError naming it)."""
+        options = self._options
+        settings = self._settings.with_json(overrides) if overrides else self._settings
+        run = Run(f"run-{next(self._ids)}", self._scenarios[scenario], settings, options.headerless,
+                  journal=Journal(options.journal_limit), catalog=self.catalogs[scenario])
+        self._runs[run.id] = run
+        return run
+
+    def default(self, scenario: str) -> Run:
+        """The run behind /scenarios/{name}/v1, created on first use."""
+        run_id = self._defaults.get(scenario)
+        if run_id is None or run_id not in self._runs:
+            run = self.create(scenario)
+            run.default = True
+            self._defaults[scenario] = run.id
+            return run
+        return self._runs[run_id]
+
+    def default_id(self, scenario: str) -> str | None:
+        """The id of the scenario's default run, once it has been used."""
+        run_id = self._defaults.get(scenario)
+        return run_id if run_id in self._runs else None
+
+    def get(self, run_id: str) -> Run | None:
+        return self._runs.get(run_id)
+
+    def end(self, run_id: str) -> Run | None:
+        """Remove a run; a default run is replaced by a fresh one on next use."""
+        return self._runs.pop(run_id, None)
+
+    def __len__(self) -> int:
+        return len(self._runs)

@@ -1,0 +1,105 @@
+"""The admin endpoints under `/_mockllm/`: health, scenarios, and creating, reading and ending runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from mockllm.options import RUN_FIELDS
+from mockllm.replay import views as run_views
+from mockllm.replay.runs import Runs
+from mockllm.scenario.load import Suite
+from mockllm.server.mock_errors import mock_error
+from mockllm.wire import DEFAULT
+from mockllm.wire.dialect import Dialect
+
+
+async def read_body(request: web.Request, limit: int) -> bytes | None:
+    """The request body, or None when it is over the size limit.
+
+    A small body arrives with its request head, so when the handler runs it is all buffered
+    already: it is taken as it is, sparing aiohttp's read loop (measured in a running server:
+    ~5 us of the ~19 us a request spent before its first write). Anything else is read as usual.
+    """
+    content = request.content
+    if content.is_eof():
+        body = content.read_nowait()
+        return body if len(body) <= limit else None
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return None
+
+
+def base_url(request: web.Request, path: str) -> str:
+    return f"{request.scheme}://{request.host}{path}"
+
+
+def scenario_error(suite: Suite, name: str, dialect: Dialect = DEFAULT) -> web.Response | None:
+    """The error for a scenario name that names no loaded scenario, or None when it is loaded."""
+    if name in suite.broken:
+        return mock_error(422, "scenario_invalid", f"scenario {name} failed to load: {suite.broken[name]}",
+                          dialect=dialect)
+    if name not in suite.scenarios:
+        known = ", ".join(sorted(suite.scenarios)) or "none"
+        return mock_error(404, "unknown_run", f"unknown scenario {name!r}; loaded scenarios: {known}",
+                          dialect=dialect)
+    return None
+
+
+class Admin:
+    def __init__(self, suite: Suite, runs: Runs, max_body: int) -> None:
+        self.suite = suite
+        self.runs = runs
+        self.max_body = max_body
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "scenarios": len(self.suite.scenarios),
+                                  "broken": len(self.suite.broken), "runs": len(self.runs)})
+
+    async def scenarios(self, request: web.Request) -> web.Response:
+        out: list[dict[str, Any]] = []
+        for name, scenario in self.suite.scenarios.items():
+            out.append({"name": name, "valid": True, "base_url": base_url(request, f"/scenarios/{name}/v1"),
+                        "sessions": [{"id": s.id, "file": s.file, "parent": s.parent, "kind": s.kind, "cut": s.cut,
+                                      "events": s.events, "entries": len(s.entries)} for s in scenario.sessions],
+                        "side_routes": [r.summary() for r in scenario.side_routes],
+                        "default_run": self.runs.default_id(name)})
+        for name, error in self.suite.broken.items():
+            out.append({"name": name, "valid": False, "errors": [str(p) for p in error.problems]})
+        return web.json_response({"scenarios": out, "skipped": self.suite.skipped})
+
+    async def create_run(self, request: web.Request) -> web.Response:
+        raw = await read_body(request, self.max_body)
+        if raw is None:
+            return mock_error(413, "request_too_large", f"request body over {self.max_body} bytes")
+        try:
+            body = msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            body = None
+        if not isinstance(body, dict) or not isinstance(body.get("scenario"), str):
+            return mock_error(400, "invalid_request", 'expected {"scenario": "NAME"} and optionally '
+                              f"{', '.join(repr(f) for f in RUN_FIELDS)}")
+        name = body["scenario"]
+        problem = scenario_error(self.suite, name)
+        if problem is not None:
+            return problem
+        try:
+            run = self.runs.create(name, body)
+        except ValueError as exc:
+            return mock_error(400, "invalid_request", str(exc))
+        return web.json_response({"run": run.id, "base_url": base_url(request, f"/runs/{run.id}/v1")}, status=201)
+
+    async def get_run(self, request: web.Request) -> web.Response:
+        run = self.runs.get(request.match_info["run"])
+        if run is None:
+            return mock_error(404, "unknown_run", f"unknown run {request.match_info['run']!r}")
+        return web.json_response(run_views.state(run))
+
+    async def end_run(self, request: web.Request) -> web.Response:
+        run = self.runs.end(request.match_info["run"])
+        if run is None:
+            return mock_error(404, "unknown_run", f"unknown run {request.match_info['run']!r}")
+        return web.json_response(run_views.report(run))
