@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from mockllm.replay.faults import Fault, parse_faults
 from mockllm.scenario.side_routes import SideRouteSpec, parse_side_route
 
 Headerless = Literal["conversation", "anonymous"]
@@ -124,6 +125,10 @@ class ServeOptions:
         metavar="REGEX", repeat=True)
     bind: Bind = _option("order", "bind a new live session to the next script in first-call order, or to the "
                          "script whose first recorded inputs match its request", choices=BINDS)
+    faults: tuple[Fault, ...] = _option(
+        (), 'a fault for the default runs, as JSON: {"call": N, "status": 429} or {"rate": R, "seed": S, "status": 500}'
+        ' (fields: session, call, status, retry_after, cut_after, delay_ms, times; repeatable)',
+        flag="--fault", metavar="JSON", repeat=True)
     journal_limit: int = _option(1000, "calls kept in each run's journal (older ones are counted, not kept)",
                                  metavar="N", kind=int)
     log_level: str = _option("warning", "what the server logs; info logs one line per model call",
@@ -143,6 +148,7 @@ class ServeOptions:
             object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value))
         for route in self.side_routes:
             parse_side_route(route)  # raises ValueError naming the bad one
+        object.__setattr__(self, "faults", parse_faults(self.faults))  # JSON texts or objects; a bad one is named
         check_patterns(self.ignore_input)
 
     @property
@@ -219,7 +225,7 @@ def from_arguments(args: argparse.Namespace | Mapping[str, Any]) -> ServeOptions
 
 
 # The serve options a run may set for itself, as JSON fields of `POST /_mockllm/runs`.
-RUN_FIELDS = ("cwd", "pace", "speed", "strict", "ignore_input", "bind")
+RUN_FIELDS = ("cwd", "pace", "speed", "strict", "ignore_input", "bind", "faults")
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +238,7 @@ class RunSettings:
     strict: bool = False
     ignore_input: tuple[str, ...] = ()
     bind: Bind = "order"
+    faults: tuple[Fault, ...] = ()
     masks: tuple[re.Pattern[str], ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -275,6 +282,10 @@ def _run_field(name: str, value: Any) -> Any:
         return value
     if name == "bind":
         return check_bind(value)
+    if name == "faults":
+        if not isinstance(value, list):
+            raise ValueError(f"must be a list of faults, not {value!r}")
+        return parse_faults(value)
     patterns = [value] if isinstance(value, str) else value
     if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
         raise ValueError(f"must be a regular expression or a list of them, not {value!r}")

@@ -24,6 +24,10 @@ class Binding:
     live_id: str
     cursor: int = 0  # entries served so far
     continued: int | None = None  # the call whose reply the latest chained request continued
+    retries: int = 0  # requests that repeated a call whose answer did not reach the client whole
+    # The call whose stream the client left before its end, and a digest of that request's body:
+    # a retry of it gets the same entry again (replay/run.py, the retry rule).
+    incomplete: tuple[int, bytes] | None = None
 
 
 class Bindings:

@@ -26,8 +26,8 @@ class CallRecord:
     A plain class with slots, not a dataclass: one is made per model call, before its first byte.
     """
 
-    __slots__ = ("at", "body", "body_truncated", "call", "dialect", "diverged", "duration_ms", "error", "kind",
-                 "raw_headers", "script", "session", "started", "status", "stream")
+    __slots__ = ("at", "body", "body_truncated", "call", "dialect", "diverged", "duration_ms", "error", "fault",
+                 "kind", "raw_headers", "retry", "script", "session", "started", "status", "stream")
 
     def __init__(self, dialect: str, session: str, stream: bool, raw_headers: RawHeaders, body: bytes) -> None:
         self.at = time.time()  # arrival, epoch seconds
@@ -46,6 +46,8 @@ class CallRecord:
         self.status: int | None = None
         self.error: str | None = None  # the mock-made error code, if any
         self.diverged: str | None = None  # where the request differed from the recording, if it did
+        self.fault: str | None = None  # the fault served instead of (or before) the entry, if any
+        self.retry = False  # a repeat of a call whose answer did not reach the client whole
         self.duration_ms: float | None = None
 
     def done(self) -> None:
@@ -56,7 +58,8 @@ class CallRecord:
         return {
             "at": self.at, "dialect": self.dialect, "session": self.session, "stream": self.stream,
             "headers": client_headers(self.raw_headers), "script": self.script, "call": self.call, "kind": self.kind,
-            "status": self.status, "error": self.error, "diverged": self.diverged, "duration_ms": self.duration_ms,
+            "status": self.status, "error": self.error, "diverged": self.diverged, "fault": self.fault,
+            "retry": self.retry, "duration_ms": self.duration_ms,
             "body": self.body.decode("utf-8", "replace"), "body_truncated": self.body_truncated,
         }
 

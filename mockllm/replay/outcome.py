@@ -2,16 +2,20 @@
 
 - `Refusal`: a mock-made error (unrecorded session, script exhausted, diverged under strict, an
   unmatched template), in the dialect's error shape, never retried.
-- `Whole`: one body with its status: a non-streaming answer, or a replayed provider error.
+- `Whole`: one body with its status: a non-streaming answer, a replayed provider error, or a
+  fault's provider error (with its headers: `retry-after`, `x-should-retry`).
 - `Stream`: a reply's frames, burst or on a pacing `Schedule`, ending as the reply says; `held`
-  is set when it then holds the connection (a hang, an aborted finish) until the client leaves.
+  is set when it then holds the connection (a hang, an aborted finish) until the client leaves;
+  `cut_after` when a fault drops the connection after that many events.
 - `Hold`: a non-streaming request for a hang: nothing to send, held until the server shuts down.
 
 Every outcome carries the call's journal record, which the writer stamps when the answer is out.
+`delay` (seconds, a fault's `delay_ms`) is waited before the first byte.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +40,8 @@ class Whole:
     record: CallRecord
     status: int
     body: bytes
+    headers: Mapping[str, str] | None = None
+    delay: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +53,11 @@ class Stream:
     held: HeldCall | None = None  # set: hold the connection once the frames are out
     ready_file: str | None = None  # a hang's ready file, written (under `cwd`) once its first delta is out
     cwd: str | None = None
+    cut_after: int | None = None  # a fault: drop the connection after this many events
+    delay: float = 0.0
+    # The request's body, for the retry rule when the client leaves before the stream's end
+    # (`Run.left_early`); kept only as long as the answer is being written.
+    body: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)

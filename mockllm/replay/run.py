@@ -3,15 +3,23 @@
 `Run.answer` takes what the server decoded of a request (its session header, the neutral
 request, the dialect) and decides everything about the call: side route or session, binding,
 the cursor, the journal record, failures, strict divergence, the comparison queued for later,
-the reply, its pacing schedule and whether it holds. It returns an `Outcome` for the server to
-write. A session's cursor advances when its request arrives, so a session's call order (not
-stream timing) fixes which entry it gets.
+the reply, its pacing schedule and whether it holds, and the faults asked for. It returns an
+`Outcome` for the server to write. A session's cursor advances when its request arrives, so a
+session's call order (not stream timing) fixes which entry it gets.
+
+Retries stay in step: a request that repeats a call whose answer did not reach the client whole
+(a status or cut fault answered it, or the client left mid-stream), in the same session, gets
+that call's entry again and moves no cursor. After a fault the cursor never moved, so the next
+attempt gets the entry anyway; after a client left mid-stream the request must carry the SDKs'
+retry marker (`x-stainless-retry-count` >= 1) or a body equal to that call's. A recorded `throw`
+reached the client whole: the retry after it takes the next entry, as it did when recorded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from collections.abc import Iterator
@@ -31,6 +39,7 @@ from mockllm.replay.divergence import (
     live_inputs,
     tool_not_offered,
 )
+from mockllm.replay.faults import Fault, FaultPlan
 from mockllm.replay.journal import CallRecord, Failures, Journal, RawHeaders
 from mockllm.replay.outcome import HeldCall, Hold, Outcome, Refusal, Stream, Whole
 from mockllm.replay.pacing import PacingNote, plan_pacing, untimed_reason
@@ -58,6 +67,13 @@ class Assignment(NamedTuple):
     session: SessionScript
     live_id: str
     divergence: Divergence | None = None
+    fault: Fault | None = None  # a fault this attempt meets
+    retry: bool = False  # a repeat of a call whose answer did not reach the client whole
+
+
+RETRY_HEADER = b"x-stainless-retry-count"
+# Statuses the SDKs retry by default; a fault with one says so in `x-should-retry`, as providers do.
+RETRIED = frozenset({408, 409, 429}) | frozenset(range(500, 600))
 
 
 @dataclass(slots=True)
@@ -78,13 +94,16 @@ class Run:
     diverged_calls: int = 0
     # (file, call) -> how pacing served that call when it could not pace it as asked.
     pacing: dict[tuple[str, int], dict[str, object]] = field(default_factory=dict)
+    faults_served: list[dict[str, object]] = field(default_factory=list)  # each fault as it was served
     _bindings: Bindings = field(init=False)
+    _faults: FaultPlan = field(init=False)
     _pending: list[tuple[Assignment, Request, CallRecord]] = field(default_factory=list)  # answered, not compared
     _conversations: ConversationIndex = field(default_factory=ConversationIndex)
 
     def __post_init__(self) -> None:
         self.side_calls = [0] * len(self.scenario.side_routes)
         self._bindings = Bindings(self.scenario)
+        self._faults = FaultPlan(self.settings.faults, [(s.id, s.file) for s in self.scenario.sessions])
         if self.catalog is None:
             self.catalog = Catalog(self.scenario)
 
@@ -110,7 +129,7 @@ class Run:
         assert self.catalog is not None
         try:
             if side is None:
-                assigned = self.take(live_id, request)
+                assigned = self.take(live_id, request, raw_headers, body)
                 if assigned.divergence is not None:
                     record.diverged = assigned.divergence.what
                 # Not needed to answer: compared a little later, in a batch, off the client's wait.
@@ -129,6 +148,17 @@ class Run:
             return Refusal(record, failure.status, failure.code, failure.message)
         entry = self.catalog.entry(script, index)
         record.script, record.call, record.kind = file, index, type(entry).__name__
+        fault = assigned.fault if side is None else None
+        if side is None and assigned.retry:
+            record.retry = True
+        if fault is not None:
+            record.fault = fault.describe()
+            self.faults_served.append({"session": live_id, "file": file, "call": index, "fault": record.fault})
+            if fault.status is not None:
+                record.status = fault.status
+                return Whole(record, fault.status, dialect.error_body(
+                    f"mockllm fault: {record.fault} at {file} call {index + 1}", None, fault.status),
+                    _fault_headers(fault), (fault.delay_ms or 0) / 1000)
         try:
             reply = self.catalog.reply(dialect, script, index, request, self.cwd)
         except TemplateError as exc:
@@ -137,15 +167,16 @@ class Run:
             record.status, record.error = 422, unmatched.code
             return Refusal(record, 422, unmatched.code, unmatched.message)
         record.status = reply.status
+        delay = (fault.delay_ms or 0) / 1000 if fault is not None else 0.0
         if reply.status != 200:
             # A replayed provider error: exactly as the provider sent it, so an SDK may retry as it did.
-            return Whole(record, reply.status, reply.body)
+            return Whole(record, reply.status, reply.body, delay=delay)
         held: HeldCall = {"session": live_id, "script": file, "call": index}
         if not request.stream:
             if reply.hold_when_not_streaming:
                 return Hold(record, held)
             record.status = reply.body_status
-            return Whole(record, reply.body_status, reply.body)
+            return Whole(record, reply.body_status, reply.body, delay=delay)
         schedule = None
         if self.settings.pace != "burst":
             schedule, note = plan_pacing(self.settings, reply, request.include_usage,
@@ -153,10 +184,12 @@ class Run:
                                          lambda: untimed_reason(self.scenario, script, index))
             if note is not None:
                 self._note_pacing(file, index, note)
-        if reply.ending != "hold":
-            return Stream(record, reply, request.include_usage, schedule)
+        cut_after = fault.cut_after if fault is not None else None
+        if reply.ending != "hold" or cut_after is not None:
+            return Stream(record, reply, request.include_usage, schedule, cut_after=cut_after, delay=delay,
+                          body=body)
         ready_file = entry.readyFile if isinstance(entry, HangEntry) else None
-        return Stream(record, reply, request.include_usage, schedule, held, ready_file, self.cwd)
+        return Stream(record, reply, request.include_usage, schedule, held, ready_file, self.cwd, delay=delay)
 
     def live_session(self, header_id: str | None, request: Request, dialect: Dialect) -> str:
         """The live id of the calling session: its header, else the session whose reply it continues,
@@ -179,14 +212,24 @@ class Run:
         only reports, and `review_pending` runs it once the answer is on its way, off the client's wait."""
         return self.settings.strict or self.settings.bind == "content"
 
-    def take(self, live_id: str, request: Request | None = None) -> Assignment:
+    def take(self, live_id: str, request: Request | None = None, raw_headers: RawHeaders = (),
+             body: bytes | None = None) -> Assignment:
         """Bind if new, compare the request with the recording (when `checks_first`; else `answer`
         queues it for later), then hand out the session's next entry and advance its cursor.
 
         A divergence is noted (the first per session goes into the report); under `strict` the
         request is refused with 409 `request_diverged` and changes nothing: no binding, no cursor.
+        A retry of a call the client did not get whole gets that call's entry again; a status or
+        cut fault keeps the cursor where it was.
         """
         binding = self._bindings.get(live_id)
+        if binding is not None and binding.incomplete is not None:
+            call, digest = binding.incomplete
+            binding.incomplete = None
+            if _retry_count(raw_headers) >= 1 or (body is not None and _digest(body) == digest):
+                binding.retries += 1
+                session = self.scenario.sessions[binding.script]
+                return Assignment(binding.script, call, session, live_id, retry=True)
         chosen: Divergence | None = None
         if binding is None:
             script, chosen = self._bindings.choose(live_id, request, self.settings)
@@ -213,9 +256,19 @@ class Run:
                     "the session's cursor stays where it was (mask volatile spans with --ignore-input REGEX)",
                     live_id, cursor))
         binding = binding or self._bindings.bind(script, live_id)
-        assigned = Assignment(script, cursor, session, live_id, divergence)
-        binding.cursor += 1
-        return assigned
+        attempt, fault = self._faults.attempt(script, cursor)
+        if attempt:
+            binding.retries += 1  # the call before it met a status or cut fault: this repeats it
+        if fault is None or fault.consumes:
+            binding.cursor += 1
+        return Assignment(script, cursor, session, live_id, divergence, fault, attempt > 0)
+
+    def left_early(self, outcome: Stream) -> None:
+        """The client left before `outcome`'s stream ended: a retry of that call gets its entry again."""
+        record = outcome.record
+        binding = self._bindings.get(record.session)
+        if binding is not None and record.call is not None and outcome.cut_after is None:
+            binding.incomplete = (record.call, _digest(outcome.body))
 
     def take_side(self, route: int) -> int:
         """The entry a side route serves next (its own cursor; `repeat` serves the last one again)."""
@@ -357,6 +410,29 @@ class Run:
         """Every script with entries was bound and drained, and every side route served in full."""
         return self._bindings.drained and all(
             calls >= len(r.entries) for calls, r in zip(self.side_calls, self.scenario.side_routes, strict=True))
+
+
+def _retry_count(raw_headers: RawHeaders) -> int:
+    """The SDKs' retry marker (`x-stainless-retry-count`), 0 when absent or not a number."""
+    for name, value in raw_headers:
+        if name.lower() == RETRY_HEADER:
+            try:
+                return int(value)
+            except ValueError:
+                return 0
+    return 0
+
+
+def _digest(body: bytes) -> bytes:
+    return hashlib.blake2b(body, digest_size=16).digest()
+
+
+def _fault_headers(fault: Fault) -> dict[str, str]:
+    """A fault's provider-error headers: whether to retry, as providers say it, and `retry-after`."""
+    headers = {"x-should-retry": "true" if fault.status in RETRIED else "false"}
+    if fault.retry_after is not None:
+        headers["retry-after"] = f"{fault.retry_after:g}"
+    return headers
 
 
 def _schedule_review(run: Run) -> None:

@@ -62,6 +62,11 @@ class Pacer:
             await response.write(events[i] if j == i + 1 else b"".join(events[i:j]))
             i = j
 
+    async def sleep(self, delay: float) -> None:
+        """Wait `delay` seconds (a fault's slow first byte), cut short at shutdown."""
+        if not self.closed:
+            await self._sleep(delay)
+
     async def _sleep(self, delay: float) -> None:
         # asyncio.sleep's own mechanism (a future and a timer), with the future kept so close() can wake it.
         loop = asyncio.get_running_loop()
@@ -100,13 +105,24 @@ class OutcomeWriter:
 
     async def write(self, request: web.Request, run: Run, dialect: Dialect, outcome: Outcome) -> web.StreamResponse:
         if isinstance(outcome, Stream):
+            if outcome.delay:
+                await self.pacer.sleep(outcome.delay)
             if outcome.held is not None:
                 return await self._stream_and_hold(request, run, outcome, outcome.held)
-            if outcome.schedule is not None:
-                return await self._stream_paced(request, outcome.schedule)
-            return await self._stream(request, outcome)
+            try:
+                if outcome.cut_after is not None:
+                    return await self._stream_cut(request, outcome, outcome.cut_after)
+                if outcome.schedule is not None:
+                    return await self._stream_paced(request, outcome.schedule)
+                return await self._stream(request, outcome)
+            except (asyncio.CancelledError, ConnectionResetError):
+                run.left_early(outcome)  # its retry gets the same entry again
+                raise
         if isinstance(outcome, Whole):
-            return web.Response(status=outcome.status, body=outcome.body, content_type="application/json")
+            if outcome.delay:
+                await self.pacer.sleep(outcome.delay)
+            return web.Response(status=outcome.status, body=outcome.body, content_type="application/json",
+                                headers=outcome.headers)
         if isinstance(outcome, Refusal):
             return mock_error(outcome.status, outcome.code, outcome.message, dialect=dialect)
         assert isinstance(outcome, Hold)
@@ -128,6 +144,23 @@ class OutcomeWriter:
         if rest:
             await response.write(rest)
         await response.write_eof()
+        return response
+
+    async def _stream_cut(self, request: web.Request, outcome: Stream, events: int) -> web.StreamResponse:
+        """A fault: the answer's first `events` wire events (paced if asked), then the connection is
+        dropped with no closing event, as a provider's stream that dies halfway."""
+        response = web.StreamResponse(headers=SSE_HEADERS)  # chunked: the client sees the body end early
+        await response.prepare(request)
+        if outcome.schedule is not None:
+            schedule = outcome.schedule
+            await self.pacer.write(response, Schedule(schedule.events[:events], schedule.offsets[:events]))
+        else:
+            sent, _ = outcome.reply.paced_events(outcome.include_usage)
+            if sent[:events]:
+                await response.write(b"".join(sent[:events]))
+        transport = request.transport
+        if transport is not None:
+            transport.abort()  # no terminating chunk: the client's read fails, as on a reset
         return response
 
     async def _stream_paced(self, request: web.Request, schedule: Schedule) -> web.StreamResponse:
