@@ -33,8 +33,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
+from mockllm.replay.report import PacingNote
 from mockllm.replay.run import Run
 from mockllm.script.derive import Timing
 from mockllm.script.entries import ChunksEntry
@@ -191,5 +192,4 @@ def _note(run: Run, file: str, call: int, served: str, why: str) -> None:
         return
     if not any(f == file for f, _ in run.pacing):
         log.warning("run %s: %s call %d: %s", run.id, file, call + 1, why)
-    note: dict[str, Any] = {"file": file, "call": call, "served": served, "note": why}
-    run.pacing[key] = note
+    run.pacing[key] = PacingNote(file, call, served, why)

@@ -28,6 +28,7 @@ from mockllm.replay.divergence import (
     tool_not_offered,
 )
 from mockllm.replay.journal import CallRecord, Failures, Journal
+from mockllm.replay.report import PacingNote
 from mockllm.scenario.load import Scenario, SessionScript
 from mockllm.wire.dialect import Dialect, Message, Request
 
@@ -73,7 +74,7 @@ class Run:
     divergences: dict[int, Divergence] = field(default_factory=dict)  # the first per script
     diverged_calls: int = 0
     # (file, call) -> how pacing served that call when it could not pace it as asked (mockllm.replay.pacing).
-    pacing: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    pacing: dict[tuple[str, int], PacingNote] = field(default_factory=dict)
     _bound: dict[int, Binding] = field(default_factory=dict)
     _pending: list[tuple[Turn, Request, CallRecord]] = field(default_factory=list)  # answered, not yet compared
     _conversations: ConversationIndex = field(default_factory=ConversationIndex)

@@ -21,10 +21,10 @@ from aiohttp import web
 
 from mockllm.errors import ReplayFailure, RequestError, TemplateError
 from mockllm.options import RUN_FIELDS, ServeOptions
-from mockllm.replay import views as run_views
 from mockllm.replay.catalog import Catalog
 from mockllm.replay.journal import CallRecord
 from mockllm.replay.pacing import Pacer, Schedule
+from mockllm.replay.report import build_report, build_state
 from mockllm.replay.run import Run, Runs
 from mockllm.scenario.load import Suite
 from mockllm.script.entries import Entry, HangEntry
@@ -337,13 +337,15 @@ class MockServer:
         run = self.runs.get(request.match_info["run"])
         if run is None:
             return mock_error(404, "unknown_run", f"unknown run {request.match_info['run']!r}")
-        return web.json_response(run_views.state(run))
+        return web.Response(body=msgspec.json.encode(build_state(run)), content_type="application/json",
+                            charset="utf-8")
 
     async def end_run(self, request: web.Request) -> web.Response:
         run = self.runs.end(request.match_info["run"])
         if run is None:
             return mock_error(404, "unknown_run", f"unknown run {request.match_info['run']!r}")
-        return web.json_response(run_views.report(run))
+        return web.Response(body=msgspec.json.encode(build_report(run)), content_type="application/json",
+                            charset="utf-8")
 
 
 def _review(run: Run) -> None:
