@@ -27,6 +27,7 @@ from mockllm.replay.pacing import Pacer, Schedule
 from mockllm.replay.report import build_report, build_state
 from mockllm.replay.run import Run, Runs
 from mockllm.scenario.load import Suite
+from mockllm.scenario.summary import summarize
 from mockllm.script.entries import Entry, HangEntry
 from mockllm.wire import DEFAULT, DIALECTS, models_body
 from mockllm.wire.dialect import Dialect, Request
@@ -303,10 +304,10 @@ class MockServer:
     async def scenarios(self, request: web.Request) -> web.Response:
         out: list[dict[str, Any]] = []
         for name, scenario in self.suite.scenarios.items():
+            summary = summarize(scenario)
             out.append({"name": name, "valid": True, "base_url": _base(request, f"/scenarios/{name}/v1"),
-                        "sessions": [{"id": s.id, "file": s.file, "parent": s.parent, "kind": s.kind, "cut": s.cut,
-                                      "events": s.events, "entries": len(s.entries)} for s in scenario.sessions],
-                        "side_routes": [r.summary() for r in scenario.side_routes],
+                        "sessions": msgspec.to_builtins(summary.sessions),
+                        "side_routes": msgspec.to_builtins(summary.side_routes),
                         "default_run": self.runs.default_id(name)})
         for name, error in self.suite.broken.items():
             out.append({"name": name, "valid": False, "errors": [str(p) for p in error.problems]})
