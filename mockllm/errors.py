@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 
 class MockllmError(Exception):
@@ -55,9 +54,6 @@ class ReplayFailure(MockllmError):
         self.message = message
         self.session = session
         self.call = call
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, "session": self.session, "call": self.call}
 
 
 class RequestError(MockllmError):

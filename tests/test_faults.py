@@ -75,6 +75,9 @@ async def test_a_429_with_retry_after_is_retried_by_the_sdk_and_the_run_ends_cle
                      (2, 200, None, False), (3, 200, None, False)]
     final = await report(server.base_url, run)
     assert final["consumed"] and final["failures"] == [], final
+    assert final["faults"] == [{"session": "p", "file": "session.jsonl", "call": 1,
+                                "fault": "status 429 retry-after 0.01s"}]
+    assert [s["retries"] for s in final["sessions"]] == [1]
 
 
 async def test_a_status_fault_carries_the_providers_retry_headers(serve, four) -> None:
@@ -174,6 +177,9 @@ async def test_a_bad_fault_is_refused_with_its_field_named(serve, four) -> None:
     status, body = await http("POST", f"{server.base_url}/_mockllm/runs",
                               {"scenario": "four", "faults": [{"call": 1, "status": 200}]})
     assert status == 400 and '"status" must be a 4xx or 5xx' in body["error"]["message"]  # type: ignore[index]
+    status, body = await http("POST", f"{server.base_url}/_mockllm/runs",
+                              {"scenario": "four", "faults": [{"session": "nobody", "call": 0, "status": 500}]})
+    assert status == 400 and "'nobody' is no recorded session" in body["error"]["message"]  # type: ignore[index]
 
 
 # -- the rules, with no socket --------------------------------------------------------------------
@@ -229,4 +235,4 @@ def test_a_status_fault_keeps_the_cursor_and_counts_the_retry(four: Path) -> Non
     faulted = ask(run, "q0")
     assert isinstance(faulted, Whole) and faulted.status == 429 and faulted.headers == {"x-should-retry": "true"}
     assert ask(run, "q0").record.call == 0
-    assert run.bound(0).retries == 1 and [f["fault"] for f in run.faults_served] == ["status 429"]  # type: ignore[union-attr]
+    assert run.bound(0).retries == 1 and [f.fault for f in run.faults_served] == ["status 429"]  # type: ignore[union-attr]

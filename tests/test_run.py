@@ -158,7 +158,7 @@ def test_a_fixed_pace_plans_a_schedule_and_recorded_pace_notes_what_it_cannot_pa
     run = Run("r", load_scenario(tmp_path / "o"), RunSettings(pace="recorded"))
     burst = ask(run, None, "go")
     assert isinstance(burst, Stream) and burst.schedule is None
-    assert [n["served"] for n in run.pacing.values()] == ["burst"]
+    assert [n.served for n in run.pacing.values()] == ["burst"]
 
 
 def test_an_unmatched_template_is_a_422_failure(tmp_path: Path) -> None:

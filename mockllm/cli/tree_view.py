@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from mockllm.dsh.chunks import (
     BlockEnd,
     BlockStart,
@@ -24,8 +26,9 @@ from mockllm.dsh.chunks import (
     ToolCallDelta,
 )
 from mockllm.errors import NotAScenarioError, ScenarioError
-from mockllm.scenario.load import Scenario, SessionScript, Suite, load_suite
+from mockllm.scenario.load import Scenario, Suite, load_suite
 from mockllm.scenario.side_routes import SideRouteSpec
+from mockllm.scenario.summary import SessionSummary, summarize
 from mockllm.script.entries import Entry, HangEntry, ThrowEntry
 
 GIST_WORDS = 8
@@ -60,22 +63,8 @@ def suite_to_json(suite: Suite) -> dict[str, Any]:
 
 
 def scenario_to_json(scenario: Scenario) -> dict[str, Any]:
-    doc: dict[str, Any] = {"name": scenario.name, "sessions": [session_to_json(s) for s in scenario.sessions]}
-    if scenario.side_routes:  # only when declared: the documented shape stays as it was for the rest
-        doc["side_routes"] = [r.summary() for r in scenario.side_routes]
+    doc: dict[str, Any] = msgspec.to_builtins(summarize(scenario))
     return doc
-
-
-def session_to_json(session: SessionScript) -> dict[str, Any]:
-    return {
-        "id": session.id,
-        "file": session.file,
-        "parent": session.parent,
-        "kind": session.kind,
-        "cut": session.cut,
-        "events": session.events,
-        "entries": len(session.entries),
-    }
 
 
 def broken_to_json(name: str, error: ScenarioError) -> dict[str, Any]:
@@ -104,38 +93,42 @@ def describe_suite(suite: Suite) -> list[str]:
 
 
 def describe_scenario(scenario: Scenario) -> list[str]:
-    total = sum(len(s.entries) for s in scenario.sessions)
-    lines = [f"{scenario.name}  ({counted(len(scenario.sessions), 'session')}, {counted(total, 'entry', 'entries')})"]
+    summary = summarize(scenario)
+    total = sum(s.entries for s in summary.sessions)
+    lines = [f"{summary.name}  ({counted(len(summary.sessions), 'session')}, {counted(total, 'entry', 'entries')})"]
     # Pad the columns that vary in width so a tree's sessions line up.
-    file_width = max(len(s.file) for s in scenario.sessions)
-    for session in scenario.sessions:
+    file_width = max(len(s.file) for s in summary.sessions)
+    for session, script in zip(summary.sessions, scenario.sessions, strict=True):
         lines.append("  " + describe_session(session, file_width))
         if not session.entries:
             lines.append("    (no model calls)")
-        for number, entry in enumerate(session.entries):
-            lines.append(f"    #{number:<2} {describe_entry(entry)}")
-    for route in scenario.side_routes:
+        lines += describe_entries(script.entries)
+    for route, side in zip(summary.side_routes, scenario.side_routes, strict=True):
         repeat = ", its last entry repeats" if route.repeat else ""
         lines.append(f"  side route: model {route.model} <- {route.file}  "
-                     f"({counted(len(route.entries), 'entry', 'entries')}{repeat})")
-        for number, entry in enumerate(route.entries):
-            lines.append(f"    #{number:<2} {describe_entry(entry)}")
+                     f"({counted(route.entries, 'entry', 'entries')}{repeat})")
+        lines += describe_entries(side.entries)
     return lines
 
 
-def describe_session(session: SessionScript, file_width: int = 0) -> str:
+def describe_session(session: SessionSummary, file_width: int = 0) -> str:
     """One line: file, kind, cut, logical events, entries, id (and parent for a child)."""
     parts = [
         session.file.ljust(file_width),
         session.kind.ljust(7),
         f"cut {session.cut:<3}",
         f"{counted(session.events, 'event'):>10}",
-        f"{counted(len(session.entries), 'entry', 'entries'):>10}",
+        f"{counted(session.entries, 'entry', 'entries'):>10}",
         f"id {session.id}",
     ]
     if session.parent is not None:
         parts.append(f"parent {session.parent}")
     return "  ".join(parts)
+
+
+def describe_entries(entries: list[Entry]) -> list[str]:
+    """One numbered line per script entry."""
+    return [f"    #{number:<2} {describe_entry(entry)}" for number, entry in enumerate(entries)]
 
 
 def describe_entry(entry: Entry) -> str:

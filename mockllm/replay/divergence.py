@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from mockllm.script.inputs import Input
 from mockllm.script.templates import CWD
@@ -43,10 +43,6 @@ class Divergence(NamedTuple):
         return (f"run {run}: session {self.file} (live id {self.live_id}) call {self.call + 1} diverged from the "
                 f"recording at {self.what}: expected {self.expected!r}, got {self.got!r}"
                 + (f"; diff: {self.diff}" if self.diff else ""))
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "session": self.file, "live_id": self.live_id, "call": self.call,
-                "what": self.what, "expected": self.expected, "got": self.got, "diff": self.diff}
 
 
 def live_inputs(tail: Iterable[Message]) -> list[Input]:

@@ -24,7 +24,7 @@ from mockllm.replay.pacing import Schedule
 from mockllm.wire.reply import Reply
 
 # A held call, as the run's report lists it: live session, file, call, and its ready file if any.
-HeldCall = dict[str, Any]
+HeldInfo = dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +50,7 @@ class Stream:
     reply: Reply
     include_usage: bool
     schedule: Schedule | None  # None: burst
-    held: HeldCall | None = None  # set: hold the connection once the frames are out
+    held: HeldInfo | None = None  # set: hold the connection once the frames are out
     ready_file: str | None = None  # a hang's ready file, written (under `cwd`) once its first delta is out
     cwd: str | None = None
     cut_after: int | None = None  # a fault: drop the connection after this many events
@@ -63,7 +63,7 @@ class Stream:
 @dataclass(frozen=True, slots=True)
 class Hold:
     record: CallRecord
-    held: HeldCall
+    held: HeldInfo
 
 
 Outcome = Refusal | Whole | Stream | Hold

@@ -93,27 +93,20 @@ def untimed_reason(scenario: Scenario, script: int, call: int) -> str:
     return "the log records no times (a projected fixture)"
 
 
-@dataclass(frozen=True, slots=True)
-class PacingNote:
-    """How pacing served a call when it could not pace it as asked, for the run's report."""
-
-    served: str  # "burst" or "recorded"
-    note: str
-
-
 def plan_pacing(settings: RunSettings, reply: Reply, include_usage: bool, timing: Timing | None,
-         untimed: Callable[[], str]) -> tuple[Schedule | None, PacingNote | None]:
-    """The schedule of `reply` under the run's pace (None: send it burst), and a note when it could
-    not be paced as asked. `untimed` says why an entry has no recorded times (asked only then)."""
+         untimed: Callable[[], str]) -> tuple[Schedule | None, tuple[str, str] | None]:
+    """The schedule of `reply` under the run's pace (None: send it burst), and when it could not be
+    paced as asked, how it was served ("burst" or "recorded") and why, for the run's report.
+    `untimed` says why an entry has no recorded times (asked only then)."""
     events, sources = reply.paced_events(include_usage)
     gap = settings.gap_ms
     if gap is not None:
         return Schedule(events, [k * gap / 1000 for k in range(len(events))]), None
     if timing is None:
-        return None, PacingNote("burst", f"{untimed()}: served burst under --pace recorded")
+        return None, ("burst", f"{untimed()}: served burst under --pace recorded")
     chunks, jumps = chunk_offsets(timing, settings.speed)
     note = None
     if jumps:
-        note = PacingNote("recorded", f"{jumps} recorded gap(s) over {MAX_GAP_MS / 60_000:g} minutes are clock "
-                          "jumps, not waits: paced as 0")
+        note = ("recorded", f"{jumps} recorded gap(s) over {MAX_GAP_MS / 60_000:g} minutes are clock jumps, "
+                "not waits: paced as 0")
     return Schedule(events, [ms / 1000 for ms in frame_offsets(sources, chunks)]), note

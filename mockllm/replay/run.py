@@ -39,10 +39,11 @@ from mockllm.replay.divergence import (
     live_inputs,
     tool_not_offered,
 )
-from mockllm.replay.faults import Fault, FaultPlan
+from mockllm.replay.faults import Fault, FaultError, FaultPlan
 from mockllm.replay.journal import CallRecord, Failures, Journal, RawHeaders
-from mockllm.replay.outcome import HeldCall, Hold, Outcome, Refusal, Stream, Whole
-from mockllm.replay.pacing import PacingNote, plan_pacing, untimed_reason
+from mockllm.replay.outcome import HeldInfo, Hold, Outcome, Refusal, Stream, Whole
+from mockllm.replay.pacing import plan_pacing, untimed_reason
+from mockllm.replay.report import FaultServed, PacingNote
 from mockllm.scenario.load import Scenario, SessionScript
 from mockllm.script.entries import HangEntry
 from mockllm.wire.dialect import Dialect, Message, Request
@@ -87,14 +88,14 @@ class Run:
     journal: Journal = field(default_factory=Journal)
     catalog: Catalog | None = None  # the scenario's rendered replies, shared by its runs (made if not given)
     holding: int = 0  # streams currently held open by a hang or an aborted finish
-    held: list[HeldCall] = field(default_factory=list)  # what each held call is, for the report
+    held: list[HeldInfo] = field(default_factory=list)  # what each held call is, for the report
     side_calls: list[int] = field(default_factory=list)  # per side route: calls it was asked so far
     default: bool = False  # a scenario's default run (/scenarios/{name}/v1): its errors say how to reset it
     divergences: dict[int, Divergence] = field(default_factory=dict)  # the first per script
     diverged_calls: int = 0
     # (file, call) -> how pacing served that call when it could not pace it as asked.
-    pacing: dict[tuple[str, int], dict[str, object]] = field(default_factory=dict)
-    faults_served: list[dict[str, object]] = field(default_factory=list)  # each fault as it was served
+    pacing: dict[tuple[str, int], PacingNote] = field(default_factory=dict)
+    faults_served: list[FaultServed] = field(default_factory=list)  # each fault as it was served
     _bindings: Bindings = field(init=False)
     _faults: FaultPlan = field(init=False)
     _pending: list[tuple[Assignment, Request, CallRecord]] = field(default_factory=list)  # answered, not compared
@@ -106,6 +107,14 @@ class Run:
         self._faults = FaultPlan(self.settings.faults, [(s.id, s.file) for s in self.scenario.sessions])
         if self.catalog is None:
             self.catalog = Catalog(self.scenario)
+
+    def check_faults(self) -> None:
+        """Refuse faults that name no recorded session of this scenario (a FaultError naming them)."""
+        unmatched = self._faults.unmatched()
+        if unmatched:
+            sessions = ", ".join(f"{s.id} ({s.file})" for s in self.scenario.sessions)
+            raise FaultError(f"fault session {unmatched[0].session!r} is no recorded session of scenario "
+                             f"{self.scenario.name}; its sessions: {sessions}")
 
     @property
     def cwd(self) -> str | None:
@@ -153,7 +162,7 @@ class Run:
             record.retry = True
         if fault is not None:
             record.fault = fault.describe()
-            self.faults_served.append({"session": live_id, "file": file, "call": index, "fault": record.fault})
+            self.faults_served.append(FaultServed(live_id, file, index, record.fault))
             if fault.status is not None:
                 record.status = fault.status
                 return Whole(record, fault.status, dialect.error_body(
@@ -171,7 +180,7 @@ class Run:
         if reply.status != 200:
             # A replayed provider error: exactly as the provider sent it, so an SDK may retry as it did.
             return Whole(record, reply.status, reply.body, delay=delay)
-        held: HeldCall = {"session": live_id, "script": file, "call": index}
+        held: HeldInfo = {"session": live_id, "script": file, "call": index}
         if not request.stream:
             if reply.hold_when_not_streaming:
                 return Hold(record, held)
@@ -183,7 +192,7 @@ class Run:
                                          self.catalog.timing(script, index),
                                          lambda: untimed_reason(self.scenario, script, index))
             if note is not None:
-                self._note_pacing(file, index, note)
+                self._note_pacing(file, index, *note)
         cut_after = fault.cut_after if fault is not None else None
         if reply.ending != "hold" or cut_after is not None:
             return Stream(record, reply, request.include_usage, schedule, cut_after=cut_after, delay=delay,
@@ -290,7 +299,7 @@ class Run:
     # -- held calls ------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def holding_call(self, held: HeldCall) -> Iterator[None]:
+    def holding_call(self, held: HeldInfo) -> Iterator[None]:
         """While a call is held open, the run's state and report list it."""
         self.holding += 1
         self.held.append(held)
@@ -348,14 +357,14 @@ class Run:
                                   missing, "offered: " + (", ".join(sorted(offered)) or "no tools"), "")
         return None
 
-    def _note_pacing(self, file: str, call: int, note: PacingNote) -> None:
+    def _note_pacing(self, file: str, call: int, served: str, why: str) -> None:
         """Say once per run and call how pacing served it; the log says it once per run and file."""
         key = (file, call)
         if key in self.pacing:
             return
         if not any(f == file for f, _ in self.pacing):
-            log.warning("run %s: %s call %d: %s", self.id, file, call + 1, note.note)
-        self.pacing[key] = {"file": file, "call": call, "served": note.served, "note": note.note}
+            log.warning("run %s: %s call %d: %s", self.id, file, call + 1, why)
+        self.pacing[key] = PacingNote(file, call, served, why)
 
     # -- failures, in words that say what to do --------------------------------------------------
 

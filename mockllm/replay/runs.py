@@ -33,6 +33,8 @@ class Runs:
         settings = self._settings.with_json(overrides) if overrides else self._settings
         run = Run(f"run-{next(self._ids)}", self._scenarios[scenario], settings, options.headerless,
                   journal=Journal(options.journal_limit), catalog=self.catalogs[scenario])
+        if overrides and overrides.get("faults"):
+            run.check_faults()  # a fault for a session this scenario lacks is the caller's mistake: say so
         self._runs[run.id] = run
         return run
 

@@ -8,9 +8,10 @@ import msgspec
 from aiohttp import web
 
 from mockllm.options import RUN_FIELDS
-from mockllm.replay import views as run_views
+from mockllm.replay.report import build_report, build_state
 from mockllm.replay.runs import Runs
 from mockllm.scenario.load import Suite
+from mockllm.scenario.summary import summarize
 from mockllm.server.mock_errors import mock_error
 from mockllm.wire import DEFAULT
 from mockllm.wire.dialect import Dialect
@@ -62,10 +63,10 @@ class Admin:
     async def scenarios(self, request: web.Request) -> web.Response:
         out: list[dict[str, Any]] = []
         for name, scenario in self.suite.scenarios.items():
+            summary = summarize(scenario)
             out.append({"name": name, "valid": True, "base_url": base_url(request, f"/scenarios/{name}/v1"),
-                        "sessions": [{"id": s.id, "file": s.file, "parent": s.parent, "kind": s.kind, "cut": s.cut,
-                                      "events": s.events, "entries": len(s.entries)} for s in scenario.sessions],
-                        "side_routes": [r.summary() for r in scenario.side_routes],
+                        "sessions": msgspec.to_builtins(summary.sessions),
+                        "side_routes": msgspec.to_builtins(summary.side_routes),
                         "default_run": self.runs.default_id(name)})
         for name, error in self.suite.broken.items():
             out.append({"name": name, "valid": False, "errors": [str(p) for p in error.problems]})
@@ -96,10 +97,14 @@ class Admin:
         run = self.runs.get(request.match_info["run"])
         if run is None:
             return mock_error(404, "unknown_run", f"unknown run {request.match_info['run']!r}")
-        return web.json_response(run_views.state(run))
+        return _json(build_state(run))
 
     async def end_run(self, request: web.Request) -> web.Response:
         run = self.runs.end(request.match_info["run"])
         if run is None:
             return mock_error(404, "unknown_run", f"unknown run {request.match_info['run']!r}")
-        return web.json_response(run_views.report(run))
+        return _json(build_report(run))
+
+
+def _json(value: object) -> web.Response:
+    return web.Response(body=msgspec.json.encode(value), content_type="application/json", charset="utf-8")

@@ -15,7 +15,7 @@ from typing import Protocol
 
 from aiohttp import web
 
-from mockllm.replay.outcome import HeldCall, Hold, Outcome, Refusal, Stream, Whole
+from mockllm.replay.outcome import HeldInfo, Hold, Outcome, Refusal, Stream, Whole
 from mockllm.replay.pacing import Schedule
 from mockllm.replay.run import Run
 from mockllm.server.mock_errors import mock_error
@@ -172,7 +172,7 @@ class OutcomeWriter:
         return response
 
     async def _stream_and_hold(self, request: web.Request, run: Run, outcome: Stream,
-                               held: HeldCall) -> web.StreamResponse:
+                               held: HeldInfo) -> web.StreamResponse:
         """Stream a hang's prefix (or an aborted call's chunks), paced if asked, then hold until the client leaves."""
         response = web.StreamResponse(headers=SSE_HEADERS)
         await response.prepare(request)
@@ -188,7 +188,7 @@ class OutcomeWriter:
         await response.write_eof()
         return response
 
-    async def _hold(self, run: Run, held: HeldCall) -> None:
+    async def _hold(self, run: Run, held: HeldInfo) -> None:
         """Stall until the client goes away (the handler is then cancelled) or the server shuts down."""
         if self.pacer.closed:  # shutting down: a paced prefix that ended after release held no more
             return
