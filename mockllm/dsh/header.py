@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from mockllm.dsh.names import HEADER_TYPE
 from mockllm.errors import HeaderError
 
 SessionKind = Literal["primary", "spawn", "fork"]
@@ -74,7 +75,7 @@ def parse_header(line: bytes) -> SessionHeader:
         raw = msgspec.json.decode(line)
     except msgspec.DecodeError as exc:
         raise HeaderError(f"malformed JSON in the session header: {exc}") from None
-    if not isinstance(raw, dict) or raw.get("type") != "session":
+    if not isinstance(raw, dict) or raw.get("type") != HEADER_TYPE:
         raise HeaderError('expected a session header {"type":"session","version":0,"id":…}')
     version = raw.get("version")
     if version != FORMAT_VERSION:
@@ -113,7 +114,7 @@ def parse_header(line: bytes) -> SessionHeader:
 
 def encode_header(header: SessionHeader) -> bytes:
     """Write the physical v0 header line (no trailing newline)."""
-    known: dict[str, Any] = {"type": "session", "version": FORMAT_VERSION, "id": header.id,
+    known: dict[str, Any] = {"type": HEADER_TYPE, "version": FORMAT_VERSION, "id": header.id,
                              "createdAt": header.created_at}
     if header.cwd is not None:
         known["cwd"] = header.cwd

@@ -1,4 +1,4 @@
-"""Write dsh v0 session logs: the counterpart of `recording.py`, used by record mode and by every
+"""Write dsh v0 session logs: the counterpart of `reader.py`, used by record mode and by every
 generator and test builder, so that no log is written by hand.
 
 The pure part turns a header and a list of events into the log's bytes, in any of the reader's
@@ -23,18 +23,17 @@ import msgspec
 
 from mockllm.dsh.chunks import ToolCallDelta
 from mockllm.dsh.header import SessionHeader, encode_header
-from mockllm.dsh.reader import CHUNK_EVENT, CallChunk, Event, parse_log
+from mockllm.dsh.names import CHUNK_EVENT, PARTIAL_SUFFIX, REASONING_CHUNKS, TEXT_CHUNKS, TOOL_CALL_CHUNKS
+from mockllm.dsh.reader import CallChunk, Event, parse_log
 
 Row = Mapping[str, Any]
 EventLike = Event | Row
 
 MIN_PACKED_RUN = 3  # shorter runs cost more as a packed row than as plain events
-PARTIAL_SUFFIX = ".partial"
 
 # The delta chunk types a packed row can hold, and which keys each member may carry: a chunk with
 # any other key stays a plain event, since a packed row would silently drop it.
-_PACKED_TYPE = {"text-delta": "text-chunks", "reasoning-delta": "reasoning-chunks",
-                "tool-call-delta": "tool-call-chunks"}
+_PACKED_TYPE = {"text-delta": TEXT_CHUNKS, "reasoning-delta": REASONING_CHUNKS, "tool-call-delta": TOOL_CALL_CHUNKS}
 _TEXT_KEYS = frozenset(("type", "index", "text"))
 _PACKABLE_KEYS = {"text-delta": _TEXT_KEYS, "reasoning-delta": _TEXT_KEYS,
                   "tool-call-delta": frozenset(("type", "index", "id", "name", "argumentsDelta"))}

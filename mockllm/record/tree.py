@@ -33,14 +33,13 @@ import msgspec
 
 from mockllm.dsh.chunks import Failure, FinishChunk, FinishReason, StreamChunk
 from mockllm.dsh.header import InheritedEventCount, SessionHeader
+from mockllm.dsh.names import LOG_PREFIX, PRIMARY_FILE, SIDECAR_FILE, child_file
 from mockllm.dsh.reader import Event
 from mockllm.dsh.writer import EventLike, SessionWriter, partial_path
 from mockllm.record.call import ObservedCall, TimedChunk
 from mockllm.record.events import SessionEvents
 from mockllm.record.redact import Redactor, redact_chunks
-from mockllm.scenario.load import PRIMARY_FILE
 from mockllm.script.entries import ThrowEntry
-from mockllm.script.sidecar import SIDECAR_FILE
 
 log = logging.getLogger("mockllm.record.command")
 
@@ -83,7 +82,7 @@ class SessionTree:
         self.failures: list[BaseException] = []  # file work that failed on the writer thread
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mockllm-record")
         out.mkdir(parents=True, exist_ok=True)
-        taken = [p.name for p in out.iterdir() if p.name.startswith("session") or p.name == SIDECAR_FILE]
+        taken = [p.name for p in out.iterdir() if p.name.startswith(LOG_PREFIX) or p.name == SIDECAR_FILE]
         if taken:
             raise FileExistsError(f"{out} already holds a recording ({', '.join(sorted(taken))}); "
                                   "record into a new or empty folder")
@@ -178,7 +177,7 @@ class SessionTree:
         if self.closed:
             raise RuntimeError(f"{self.out}: the recording is closed")
         primary = self.primary
-        file = PRIMARY_FILE if primary is None else f"session.{len(self.sessions)}.jsonl"
+        file = PRIMARY_FILE if primary is None else child_file(len(self.sessions))
         parent_id = None if primary is None else (lineage.parent or primary.id)
         parent = self.sessions.get(parent_id) if parent_id is not None else None
         if parent_id is not None and parent is None:
