@@ -21,6 +21,7 @@ from types import TracebackType
 import aiohttp
 from aiohttp import web
 
+from mockllm.options import items, session_header_names
 from mockllm.record.proxy import Recorder, create_app
 from mockllm.record.redact import Redactor
 from mockllm.record.tree import SessionTree
@@ -38,6 +39,11 @@ class RecordOptions:
     host: str = "127.0.0.1"
     port: int = 8080
     log_level: str = "warning"
+    session_headers: tuple[str, ...] = ()  # besides the built-in ones (`--session-header`), as replay reads them
+
+    def __post_init__(self) -> None:
+        for name in ("redact", "session_headers"):
+            object.__setattr__(self, name, items(getattr(self, name)))
 
 
 class RunningRecorder(RunningServer):
@@ -73,7 +79,8 @@ async def start_recorder(options: RecordOptions) -> RunningRecorder:
     # No read timeout: an answer may stream (or be held) for as long as the upstream takes.
     client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
                                    auto_decompress=True)
-    runner = web.AppRunner(create_app(Recorder(tree, options.upstream, client)), handler_cancellation=True,
+    recorder = Recorder(tree, options.upstream, client, session_header_names(options.session_headers))
+    runner = web.AppRunner(create_app(recorder), handler_cancellation=True,
                            shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None)
     try:
         await runner.setup()

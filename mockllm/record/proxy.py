@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -38,7 +38,6 @@ from mockllm.wire.sse_reader import Event, SSEReader
 
 log = logging.getLogger("mockllm.record.command")
 
-SESSION_HEADERS = ("x-mockllm-session", "x-deepseek-harness-session-id")
 PARENT_HEADER = "x-mockllm-parent"
 FORK_HEADER = "x-mockllm-fork"
 # Hop-by-hop and framing headers: each side of the proxy sets its own.
@@ -53,8 +52,10 @@ def now_ms() -> int:
 class Recorder:
     """Routes each call to its session and records it into `tree`."""
 
-    def __init__(self, tree: SessionTree, upstream: str, client: aiohttp.ClientSession) -> None:
+    def __init__(self, tree: SessionTree, upstream: str, client: aiohttp.ClientSession,
+                 session_headers: Sequence[str]) -> None:
         self.tree = tree
+        self.session_headers = session_headers  # options.session_header_names(): lowercased, in lookup order
         self.upstream = upstream.rstrip("/")
         self.client = client
         self._conversations = ConversationIndex()
@@ -63,7 +64,7 @@ class Recorder:
 
     def session_of(self, headers: Mapping[str, str], request: Request) -> str:
         """The calling session's recorded id: its header, the chain it continues, else its conversation."""
-        for name in SESSION_HEADERS:
+        for name in self.session_headers:
             value = headers.get(name)
             if value:
                 return value
