@@ -32,6 +32,7 @@ from mockllm.errors import RequestError
 from mockllm.record.call import ObservedCall, TimedChunk, observe
 from mockllm.record.tree import Failed, Lineage, SessionTree
 from mockllm.replay.conversations import ConversationIndex
+from mockllm.replay.routing import calling_session, header_session
 from mockllm.wire import DEFAULT, DIALECTS
 from mockllm.wire.dialect import Dialect, Request, StreamDecoder
 from mockllm.wire.sse_reader import Event, SSEReader
@@ -63,15 +64,15 @@ class Recorder:
         self._replies: dict[str, str] = {}  # upstream reply id -> recorded session id (Responses chains)
 
     def session_of(self, headers: Mapping[str, str], request: Request) -> str:
-        """The calling session's recorded id: its header, the chain it continues, else its conversation."""
-        for name in self.session_headers:
-            value = headers.get(name)
-            if value:
-                return value
-        if request.continues is not None and request.continues in self._replies:
-            return self._replies[request.continues]
-        live_id, _ = self._conversations.route(request.messages)
-        return self._headerless.setdefault(live_id, self.tree.new_id())
+        """The calling session's recorded id, found as replay will find it (`replay.routing`)."""
+        return calling_session(header_session(headers, self.session_headers), request, self._replies.get,
+                               self._by_conversation)
+
+    def _by_conversation(self, request: Request) -> str:
+        live_id, new = self._conversations.route(request.messages)
+        if new:  # an agent that names none of its sessions: each conversation gets an id of its own
+            self._headerless[live_id] = self.tree.new_id()
+        return self._headerless[live_id]
 
     async def forward(self, request: web.Request, dialect: Dialect | None) -> web.StreamResponse:
         body = await request.read()
