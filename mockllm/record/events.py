@@ -31,6 +31,7 @@ from mockllm.dsh.reader import CallChunk, Event
 from mockllm.dsh.writer import EventLike
 from mockllm.record.call import ObservedCall
 from mockllm.record.redact import Redactor, redact_chunks
+from mockllm.script.inputs import Input
 
 USER_TRIGGER = {"kind": "message", "source": {"kind": "user"}}
 
@@ -99,7 +100,7 @@ class SessionEvents:
         self._end_turn(rows, time, {"kind": "aborted", "reason": "recording ended"})
         return rows
 
-    def _results(self, rows: list[EventLike], results: list[Any], time: int, redactor: Redactor) -> None:
+    def _results(self, rows: list[EventLike], results: list[Input], time: int, redactor: Redactor) -> None:
         step = self.step if self.turn_open else self.step + 1  # results with no open turn: the coming step's
         turn = self.turn if self.turn_open else self.turn + 1
         for message in results:

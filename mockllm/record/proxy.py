@@ -100,7 +100,7 @@ class Recorder:
             session = self.session_of(request.headers, neutral)
             lineage = Lineage(request.headers.get(PARENT_HEADER) or None,
                               request.headers.get(FORK_HEADER, "").strip().lower() in ("true", "1", "yes"))
-            call = observe(neutral.messages, started)
+            call = observe(neutral.tail, started)
             if upstream.status >= 400:
                 response = await _relay(request, upstream)
                 failed = _failure(upstream.status, response.body if isinstance(response.body, bytes) else b"")
