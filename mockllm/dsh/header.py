@@ -35,7 +35,7 @@ class InheritedEventCount:
 
     def __post_init__(self) -> None:
         if isinstance(self.value, bool) or not isinstance(self.value, int) or self.value < 0:
-            raise ValueError(f"inherited event count must be a whole number >= 0, not {self.value!r}")
+            raise HeaderError(f"inherited event count must be a whole number >= 0, not {self.value!r}")
 
 
 NOTHING_INHERITED = InheritedEventCount(0)
@@ -55,7 +55,7 @@ class SessionHeader:
 
     def __post_init__(self) -> None:
         if not self.is_seeded and self.inherited.value != 0:
-            raise ValueError("an unseeded session inherits no events")
+            raise HeaderError("an unseeded session inherits no events")
 
     @property
     def kind(self) -> SessionKind:
@@ -98,7 +98,7 @@ def parse_header(line: bytes) -> SessionHeader:
     is_seeded = "seedLength" in raw
     try:
         inherited = InheritedEventCount(raw["seedLength"]) if is_seeded else NOTHING_INHERITED
-    except ValueError:
+    except HeaderError:
         raise HeaderError(f'"seedLength" must be a whole number >= 0, not {raw["seedLength"]!r}') from None
     return SessionHeader(
         id=session_id,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from mockllm.errors import RecordError
 from mockllm.options import items, session_header_names
 from mockllm.record.proxy import Recorder, create_app
 from mockllm.record.redact import Redactor
@@ -61,11 +61,10 @@ class RunningRecorder(RunningServer):
 
 
 async def start_recorder(options: RecordOptions) -> RunningRecorder:
-    """Start the proxy on the running loop (`port=0`: a free port); raises FileExistsError if `out`
-    already holds a recording, re.error for a bad `--redact` pattern and CannotListen (an OSError)
-    for an address that cannot be bound."""
-    redactor = Redactor(re.compile(p) for p in options.redact)
-    tree = SessionTree(options.out, pack=options.pack, redactor=redactor)
+    """Start the proxy on the running loop (`port=0`: a free port). Raises a RecordError for what is
+    asked of it (AlreadyRecorded if `out` already holds a recording, BadRedaction for a bad `--redact`
+    pattern) and CannotListen (an OSError) for an address that cannot be bound."""
+    tree = SessionTree(options.out, pack=options.pack, redactor=Redactor(options.redact))
     # No read timeout: an answer may stream (or be held) for as long as the upstream takes.
     client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
                                    auto_decompress=True)
@@ -87,7 +86,7 @@ def record_forever(options: RecordOptions) -> int:
     except CannotListen as exc:
         print(f"mockllm record: {exc}", file=sys.stderr)
         return 1
-    except (FileExistsError, re.error) as exc:
+    except RecordError as exc:
         print(f"mockllm record: {exc}", file=sys.stderr)
         return 2
     return 0
