@@ -8,10 +8,11 @@ import sys
 
 import openai
 
+from mockllm.cli.main import main
 from mockllm.cli.validate import check_suite
-from mockllm.scenario.load import load_scenario, load_suite
+from mockllm.record.command import RecordOptions
+from mockllm.scenario.load import load_suite
 from tests.conftest import ROOT, corpus_or_skip, new_run
-from tests.fake_upstream import Answer, chat_chunk, running_upstream
 
 
 async def test_record_verb_prints_its_base_url_and_finishes_the_tree_on_sigint(serve, tmp_path):
@@ -55,31 +56,12 @@ async def test_record_refuses_a_folder_that_already_holds_a_recording(tmp_path):
     assert "already holds a recording" in errors.decode()
 
 
-async def test_record_reads_a_session_header_given_with_session_header(tmp_path):
-    """`--session-header NAME` names the calling session in record mode as it does in replay: two agents
-    whose first requests are alike are two sessions, each recorded under the id its header sent."""
-    out = tmp_path / "mine"
-    async with running_upstream() as upstream:
-        upstream.answers += [Answer([chat_chunk({"content": text}, "stop"), b"data: [DONE]\n\n"]) for text in "ab"]
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "mockllm.cli", "record", "--upstream", upstream.base_url, "--out", str(out),
-            "--port", "0", "--session-header", "X-Agent-Id", cwd=ROOT, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE)
-        try:
-            assert process.stdout is not None
-            await asyncio.wait_for(process.stdout.readline(), 20)
-            base_url = (await process.stdout.readline()).decode().strip()
-            for agent in ("agent-1", "agent-2"):
-                async with openai.AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0,
-                                              default_headers={"x-agent-id": agent}) as client:
-                    stream = await client.chat.completions.create(model="m", stream=True,
-                                                                  messages=[{"role": "user", "content": "hello"}])
-                    assert [c async for c in stream]
-            process.send_signal(signal.SIGINT)
-            _, errors = await asyncio.wait_for(process.communicate(), 20)
-        finally:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-    assert process.returncode == 0, errors
-    assert [(s.id, len(s.entries)) for s in load_scenario(out).sessions] == [("agent-1", 1), ("agent-2", 1)]
+
+def test_record_takes_session_header_as_serve_does(monkeypatch):
+    """`--session-header NAME` (repeatable) reaches the recorder, which reads it as replay does
+    (test_record_proxy: a configured header names the session)."""
+    given: list[RecordOptions] = []
+    monkeypatch.setattr("mockllm.record.command.record_forever", lambda options: given.append(options) or 0)
+    assert main(["record", "--upstream", "http://127.0.0.1:9/v1", "--out", "out", "--session-header", "X-Agent-Id",
+                 "--session-header", "x-team"]) == 0
+    assert given[0].session_headers == ("X-Agent-Id", "x-team")
