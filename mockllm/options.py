@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -21,6 +21,18 @@ Headerless = Literal["conversation", "anonymous"]
 
 # Built-in session headers: mockllm's own, and the one dsh's DeepSeek adapter sends.
 SESSION_HEADERS = ("x-mockllm-session", "x-deepseek-harness-session-id")
+
+
+def session_header_names(configured: Sequence[str] = ()) -> tuple[str, ...]:
+    """The headers that name the calling session, in lookup order: the built-in ones, then the
+    `configured` ones (`--session-header`), lowercased. Replay and record mode both read these, so
+    a recording's sessions are the ones its replay will route to."""
+    return tuple(h.lower() for h in (*SESSION_HEADERS, *configured))
+
+
+def items(value: str | Iterable[str]) -> tuple[str, ...]:
+    """A repeatable option's values; a lone string given where a list belongs is one item, not its characters."""
+    return (value,) if isinstance(value, str) else tuple(value)
 
 
 Bind = Literal["order", "content"]
@@ -143,9 +155,7 @@ class ServeOptions:
         object.__setattr__(self, "speed", check_speed(self.speed))
         check_bind(self.bind)
         for name in ("session_headers", "side_routes", "ignore_input"):
-            value = getattr(self, name)
-            # A lone string given where a list belongs is one item, not its characters.
-            object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value))
+            object.__setattr__(self, name, items(getattr(self, name)))
         for route in self.side_routes:
             parse_side_route(route)  # raises ValueError naming the bad one
         object.__setattr__(self, "faults", parse_faults(self.faults))  # JSON texts or objects; a bad one is named
@@ -154,7 +164,7 @@ class ServeOptions:
     @property
     def all_session_headers(self) -> tuple[str, ...]:
         """The built-in session headers, then the configured ones, lowercased, in lookup order."""
-        return tuple(h.lower() for h in SESSION_HEADERS + self.session_headers)
+        return session_header_names(self.session_headers)
 
     @property
     def side_route_specs(self) -> list[SideRouteSpec]:
@@ -185,11 +195,14 @@ def names() -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(ServeOptions))
 
 
-def argument_specs(prefix: str = "") -> list[tuple[str, dict[str, Any]]]:
-    """(flag, argparse keyword arguments) per field; `prefix` goes after the dashes and before the
-    `dest` (`--mockllm-port`, dest `mockllm_port`), for a host such as pytest that shares one parser."""
+def argument_specs(prefix: str = "", only: Sequence[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """(flag, argparse keyword arguments) per field (of the fields named in `only`, if given); `prefix`
+    goes after the dashes and before the `dest` (`--mockllm-port`, dest `mockllm_port`), for a host
+    such as pytest that shares one parser."""
     specs = []
     for f in dataclasses.fields(ServeOptions):
+        if only is not None and f.name not in only:
+            continue
         meta = f.metadata
         kwargs: dict[str, Any] = {"dest": prefix.replace("-", "_") + f.name, "help": meta["help"]}
         if meta["metavar"]:
@@ -212,9 +225,10 @@ def _flag(f: dataclasses.Field[Any]) -> str:
     return f.metadata["flag"] or "--" + f.name.replace("_", "-")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add one flag per ServeOptions field to `parser`."""
-    for flag, kwargs in argument_specs():
+def add_arguments(parser: argparse.ArgumentParser, only: Sequence[str] | None = None) -> None:
+    """Add one flag per ServeOptions field (per field named in `only`, if given) to `parser`: another
+    verb that shares an option (`mockllm record --port`) spells and documents it as `serve` does."""
+    for flag, kwargs in argument_specs(only=only):
         parser.add_argument(flag, **kwargs)
 
 

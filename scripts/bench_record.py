@@ -37,7 +37,8 @@ from bench_client import mockllm_process, proc_cpu_seconds, root_url  # noqa: E4
 
 from mockllm.dsh.chunks import Block, BlockEnd, BlockStart, FinishChunk, FinishReason, TextDelta, TokenUsage, UsageChunk  # noqa: E402
 from mockllm.dsh.header import SessionHeader  # noqa: E402
-from mockllm.dsh.reader import CHUNK_EVENT, CallChunk, Event  # noqa: E402
+from mockllm.dsh.names import CHUNK_EVENT  # noqa: E402
+from mockllm.dsh.reader import CallChunk, Event  # noqa: E402
 from mockllm.dsh.writer import write_log  # noqa: E402
 
 SESSION = "bench"

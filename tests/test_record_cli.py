@@ -8,7 +8,9 @@ import sys
 
 import openai
 
+from mockllm.cli.main import main
 from mockllm.cli.validate import check_suite
+from mockllm.record.command import RecordOptions
 from mockllm.scenario.load import load_suite
 from tests.conftest import ROOT, corpus_or_skip, new_run
 
@@ -52,3 +54,14 @@ async def test_record_refuses_a_folder_that_already_holds_a_recording(tmp_path):
     _, errors = await asyncio.wait_for(process.communicate(), 20)
     assert process.returncode == 2
     assert "already holds a recording" in errors.decode()
+
+
+
+def test_record_takes_session_header_as_serve_does(monkeypatch):
+    """`--session-header NAME` (repeatable) reaches the recorder, which reads it as replay does
+    (test_record_proxy: a configured header names the session)."""
+    given: list[RecordOptions] = []
+    monkeypatch.setattr("mockllm.record.command.record_forever", lambda options: given.append(options) or 0)
+    assert main(["record", "--upstream", "http://127.0.0.1:9/v1", "--out", "out", "--session-header", "X-Agent-Id",
+                 "--session-header", "x-team"]) == 0
+    assert given[0].session_headers == ("X-Agent-Id", "x-team")

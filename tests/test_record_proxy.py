@@ -175,3 +175,19 @@ async def test_a_whole_reply_is_recorded_as_the_stream_it_stands_for(serve, upst
         completion = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}])
     assert completion.choices[0].message.content == "whole answer"
     assert await replay_text(serve, out) == "whole answer"
+
+
+async def test_a_configured_session_header_names_the_session_as_in_replay(upstream, tmp_path):
+    """Record reads `--session-header` names as replay does: two agents whose first requests are alike
+    are two sessions, each recorded under the id its header sent."""
+    upstream.answers += [text_answer("a"), text_answer("b")]
+    out = tmp_path / "t"
+    async with await start_recorder(RecordOptions(upstream.base_url, out, port=0,
+                                                  session_headers=("X-Agent-Id",))) as recorder:
+        for agent in ("agent-1", "agent-2"):
+            async with openai.AsyncOpenAI(base_url=recorder.base_url + "/v1", api_key="x", max_retries=0,
+                                          default_headers={"x-agent-id": agent}) as client:
+                stream = await client.chat.completions.create(model="m", stream=True,
+                                                              messages=[{"role": "user", "content": "q"}])
+                assert [c async for c in stream]
+    assert [(s.id, len(s.entries)) for s in load_scenario(out).sessions] == [("agent-1", 1), ("agent-2", 1)]

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 import pytest
 
 from mockllm.dsh.chunks import Block, BlockEnd, BlockStart, FinishChunk, FinishReason, TextDelta, ToolCallDelta
 from mockllm.dsh.writer import encode_rows
+from mockllm.errors import AlreadyRecorded, BadRedaction, MockllmError, RecordError
 from mockllm.record.call import ObservedCall, TimedChunk, observe
+from mockllm.record.command import RecordOptions, record_forever
 from mockllm.record.events import SessionEvents
 from mockllm.record.redact import MASK, Redactor, redact_chunks
+from mockllm.record.tree import SessionTree
 from mockllm.script.inputs import recorded_inputs
 from mockllm.wire.dialect import Message, ToolCall
 from mockllm.wire.sse_reader import SSEReader
@@ -119,3 +124,27 @@ def test_observed_call_knows_when_the_answer_calls_tools():
     assert _call([Message("user", "x")], TOOL_ANSWER).calls_tools
     assert not _call([Message("user", "x")], TEXT_ANSWER).calls_tools
     assert isinstance(observe([], 0), ObservedCall) and not observe([], 0).starts_turn
+
+
+def test_a_bad_redact_pattern_is_a_record_error_naming_it():
+    with pytest.raises(BadRedaction, match=r"--redact '\(' is not a regular expression") as caught:
+        Redactor([r"sk-[a-z]+", "("])
+    assert isinstance(caught.value, MockllmError) and isinstance(caught.value, re.error)
+
+
+def test_record_exits_2_naming_a_bad_redact_pattern_and_creates_nothing(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert record_forever(RecordOptions("http://127.0.0.1:9/v1", out, redact=("(",), port=0)) == 2
+    assert "mockllm record: --redact '('" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_folder_holding_a_recording_or_that_is_a_file_is_refused_with_a_record_error(tmp_path):
+    (tmp_path / "session.1.jsonl.partial").write_text("")
+    with pytest.raises(AlreadyRecorded, match=r"already holds a recording \(session.1.jsonl.partial\)") as caught:
+        SessionTree(tmp_path)
+    assert isinstance(caught.value, FileExistsError), "what it was before it had a class of its own"
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("")
+    with pytest.raises(RecordError, match="cannot record there"):
+        SessionTree(a_file)

@@ -12,7 +12,8 @@ from logbuilder import chunk_rows, corpus_params, header, stamped, text_call, tu
 
 from mockllm.dsh.chunks import TextDelta
 from mockllm.dsh.header import InheritedEventCount, SessionHeader
-from mockllm.dsh.reader import PACKED_TYPES, Event, SessionLog, parse_log, read_log
+from mockllm.dsh.names import PACKED_TYPES
+from mockllm.dsh.reader import Event, SessionLog, parse_log, read_log
 from mockllm.dsh.writer import SessionWriter, encode_log, partial_path, recover, write_log
 from mockllm.errors import RecordingError
 from mockllm.scenario.load import is_scenario, load_scenario

@@ -45,6 +45,10 @@ def _side_route(text: str) -> SideRouteSpec:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+# The serve options record mode shares: where it listens, and which headers name the calling session.
+RECORD_SERVE_OPTIONS = ("host", "port", "session_headers")
+
+
 def _add_record(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     record = verbs.add_parser("record", help="proxy a real upstream and record its answers as a session tree")
     record.add_argument("--upstream", required=True, metavar="URL",
@@ -53,8 +57,7 @@ def _add_record(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     record.add_argument("--pack", action="store_true", help="write packed chunk rows")
     record.add_argument("--redact", action="append", default=[], metavar="REGEX",
                         help="mask matches in every recorded string (repeatable)")
-    record.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    record.add_argument("--port", type=int, default=8080, help="port to listen on; 0 picks a free one")
+    add_arguments(record, only=RECORD_SERVE_OPTIONS)
     record.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
 
 
@@ -68,7 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mockllm.record.command import RecordOptions, record_forever
 
         return record_forever(RecordOptions(args.upstream, args.out, pack=args.pack, redact=tuple(args.redact),
-                                            host=args.host, port=args.port, log_level=args.log_level))
+                                            host=args.host, port=args.port, log_level=args.log_level,
+                                            session_headers=tuple(args.session_headers)))
     if args.verb == "inspect":
         from mockllm.cli.tree_view import run_inspect
 

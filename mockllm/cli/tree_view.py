@@ -25,6 +25,7 @@ from mockllm.dsh.chunks import (
     TextDelta,
     ToolCallDelta,
 )
+from mockllm.dsh.names import PRIMARY_FILE, SIDECAR_FILE
 from mockllm.errors import NotAScenarioError, ScenarioError
 from mockllm.scenario.load import Scenario, Suite, load_suite
 from mockllm.scenario.side_routes import SideRouteSpec
@@ -83,7 +84,7 @@ def describe_suite(suite: Suite) -> list[str]:
         lines.extend(describe_scenario(scenario))
         lines.append("")
     if suite.skipped:
-        lines.append(f"skipped (not scenarios: no session.jsonl, no replay.override.json): {', '.join(suite.skipped)}")
+        lines.append(f"skipped (not scenarios: no {PRIMARY_FILE}, no {SIDECAR_FILE}): {', '.join(suite.skipped)}")
     for name, error in suite.broken.items():
         lines.append(f"broken: {name}")
         lines.extend(f"  {problem}" for problem in error.problems)

@@ -1,4 +1,4 @@
-"""Write dsh v0 session logs: the counterpart of `recording.py`, used by record mode and by every
+"""Write dsh v0 session logs: the counterpart of `reader.py`, used by record mode and by every
 generator and test builder, so that no log is written by hand.
 
 The pure part turns a header and a list of events into the log's bytes, in any of the reader's
@@ -23,18 +23,18 @@ import msgspec
 
 from mockllm.dsh.chunks import ToolCallDelta
 from mockllm.dsh.header import SessionHeader, encode_header
-from mockllm.dsh.reader import CHUNK_EVENT, CallChunk, Event, parse_log
+from mockllm.dsh.names import CHUNK_EVENT, PARTIAL_SUFFIX, REASONING_CHUNKS, TEXT_CHUNKS, TOOL_CALL_CHUNKS
+from mockllm.dsh.reader import CallChunk, Event, parse_log
+from mockllm.errors import AlreadyRecorded, WriterClosed
 
 Row = Mapping[str, Any]
 EventLike = Event | Row
 
 MIN_PACKED_RUN = 3  # shorter runs cost more as a packed row than as plain events
-PARTIAL_SUFFIX = ".partial"
 
 # The delta chunk types a packed row can hold, and which keys each member may carry: a chunk with
 # any other key stays a plain event, since a packed row would silently drop it.
-_PACKED_TYPE = {"text-delta": "text-chunks", "reasoning-delta": "reasoning-chunks",
-                "tool-call-delta": "tool-call-chunks"}
+_PACKED_TYPE = {"text-delta": TEXT_CHUNKS, "reasoning-delta": REASONING_CHUNKS, "tool-call-delta": TOOL_CALL_CHUNKS}
 _TEXT_KEYS = frozenset(("type", "index", "text"))
 _PACKABLE_KEYS = {"text-delta": _TEXT_KEYS, "reasoning-delta": _TEXT_KEYS,
                   "tool-call-delta": frozenset(("type", "index", "id", "name", "argumentsDelta"))}
@@ -217,12 +217,12 @@ class SessionWriter:
         self.pack = pack
         self.events_written = 0  # logical events so far: the next event's seq, when seq is contiguous
         if path.exists():
-            raise FileExistsError(f"{path}: a session log is already recorded there; record into a new folder")
+            raise AlreadyRecorded(f"{path}: a session log is already recorded there; record into a new folder")
         try:
             # Exclusive: a leftover partial is a crashed recording to recover or delete, not to overwrite.
             self._file = self.partial.open("xb")
         except FileExistsError:
-            raise FileExistsError(
+            raise AlreadyRecorded(
                 f"{self.partial}: a crashed recording was left here; salvage it with "
                 "mockllm.dsh.writer.recover() or delete it") from None
         self._abandoned = False
@@ -232,7 +232,7 @@ class SessionWriter:
     def append(self, events: Sequence[EventLike]) -> None:
         """Write one batch durably (complete lines, one write, fsync'd); normally a whole call."""
         if self._file.closed:
-            raise ValueError(f"{self.partial}: append after {'abandon' if self._abandoned else 'close'}")
+            raise WriterClosed(f"{self.partial}: append after {'abandon' if self._abandoned else 'close'}")
         if events:
             self._write(encode_rows(events, pack=self.pack))
             self.events_written += len(events)
@@ -240,7 +240,7 @@ class SessionWriter:
     def close(self) -> Path:
         """End the recording: the log takes its name. Closing again does nothing."""
         if self._abandoned:
-            raise ValueError(f"{self.partial}: the recording was abandoned and may be torn; see recover()")
+            raise WriterClosed(f"{self.partial}: the recording was abandoned and may be torn; see recover()")
         if not self._file.closed:
             self._file.close()
             os.replace(self.partial, self.path)
@@ -287,7 +287,7 @@ def recover(partial: Path) -> Path:
     complete = buf[: buf.rfind(b"\n") + 1]  # a torn last line has no newline yet
     parse_log(complete, final)
     if final.exists():
-        raise FileExistsError(f"{final}: already exists; not replacing it with {partial.name}")
+        raise AlreadyRecorded(f"{final}: already exists; not replacing it with {partial.name}")
     with partial.open("r+b") as f:
         f.truncate(len(complete))
         f.flush()

@@ -1,9 +1,10 @@
 """What the proxy saw of one model call: the request's new inputs and the answer's timed chunks.
 
-A request's new inputs are its user and tool messages after its last assistant message (what
-`mockllm.script.inputs` reads back as a call's recorded inputs); system prompts are not inputs. A request
-whose last message is a user message starts a new turn; one ending in tool results (or anything
-else) is the next step of the turn in progress.
+A request's new inputs are what replay compares a live request by (`replay.divergence.live_inputs`:
+its user and tool messages after its last assistant message), so what is recorded is what the
+replay of the same request will find (`mockllm.script.inputs` reads it back); system prompts are not
+inputs. A request whose last message is a user message starts a new turn; one ending in tool
+results (or anything else) is the next step of the turn in progress.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mockllm.dsh.chunks import Block, BlockEnd, FinishChunk, FinishReason, StreamChunk
+from mockllm.replay.divergence import live_inputs
+from mockllm.script.inputs import Input
 from mockllm.wire.dialect import Message, messages_after_last_assistant
-
-INPUT_ROLES = ("user", "tool")
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +25,7 @@ class TimedChunk:
 
 @dataclass(slots=True)
 class ObservedCall:
-    inputs: list[Message]
+    inputs: list[Input]
     starts_turn: bool
     started: int  # epoch ms the request arrived
     chunks: list[TimedChunk] = field(default_factory=list)
@@ -51,7 +52,8 @@ class ObservedCall:
 
 
 def observe(messages: list[Message], started: int) -> ObservedCall:
-    """A call about to be made with `messages`: its new inputs and whether it starts a turn."""
-    inputs = [m for m in messages_after_last_assistant(messages) if m.role in INPUT_ROLES]
-    starts_turn = bool(messages) and messages[-1].role == "user"
-    return ObservedCall(inputs, starts_turn, started)
+    """A call about to be made with `messages` (the whole conversation, or only its messages after
+    the last assistant message, `Request.tail`: either gives the same): its new inputs and whether
+    it starts a turn."""
+    tail = messages_after_last_assistant(messages)
+    return ObservedCall(live_inputs(tail), bool(tail) and tail[-1].role == "user", started)

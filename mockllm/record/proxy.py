@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -32,13 +32,13 @@ from mockllm.errors import RequestError
 from mockllm.record.call import ObservedCall, TimedChunk, observe
 from mockllm.record.tree import Failed, Lineage, SessionTree
 from mockllm.replay.conversations import ConversationIndex
+from mockllm.replay.routing import calling_session, header_session
 from mockllm.wire import DEFAULT, DIALECTS
 from mockllm.wire.dialect import Dialect, Request, StreamDecoder
 from mockllm.wire.sse_reader import Event, SSEReader
 
 log = logging.getLogger("mockllm.record.command")
 
-SESSION_HEADERS = ("x-mockllm-session", "x-deepseek-harness-session-id")
 PARENT_HEADER = "x-mockllm-parent"
 FORK_HEADER = "x-mockllm-fork"
 # Hop-by-hop and framing headers: each side of the proxy sets its own.
@@ -53,8 +53,10 @@ def now_ms() -> int:
 class Recorder:
     """Routes each call to its session and records it into `tree`."""
 
-    def __init__(self, tree: SessionTree, upstream: str, client: aiohttp.ClientSession) -> None:
+    def __init__(self, tree: SessionTree, upstream: str, client: aiohttp.ClientSession,
+                 session_headers: Sequence[str]) -> None:
         self.tree = tree
+        self.session_headers = session_headers  # options.session_header_names(): lowercased, in lookup order
         self.upstream = upstream.rstrip("/")
         self.client = client
         self._conversations = ConversationIndex()
@@ -62,15 +64,15 @@ class Recorder:
         self._replies: dict[str, str] = {}  # upstream reply id -> recorded session id (Responses chains)
 
     def session_of(self, headers: Mapping[str, str], request: Request) -> str:
-        """The calling session's recorded id: its header, the chain it continues, else its conversation."""
-        for name in SESSION_HEADERS:
-            value = headers.get(name)
-            if value:
-                return value
-        if request.continues is not None and request.continues in self._replies:
-            return self._replies[request.continues]
-        live_id, _ = self._conversations.route(request.messages)
-        return self._headerless.setdefault(live_id, self.tree.new_id())
+        """The calling session's recorded id, found as replay will find it (`replay.routing`)."""
+        return calling_session(header_session(headers, self.session_headers), request, self._replies.get,
+                               self._by_conversation)
+
+    def _by_conversation(self, request: Request) -> str:
+        live_id, new = self._conversations.route(request.messages)
+        if new:  # an agent that names none of its sessions: each conversation gets an id of its own
+            self._headerless[live_id] = self.tree.new_id()
+        return self._headerless[live_id]
 
     async def forward(self, request: web.Request, dialect: Dialect | None) -> web.StreamResponse:
         body = await request.read()
@@ -98,7 +100,7 @@ class Recorder:
             session = self.session_of(request.headers, neutral)
             lineage = Lineage(request.headers.get(PARENT_HEADER) or None,
                               request.headers.get(FORK_HEADER, "").strip().lower() in ("true", "1", "yes"))
-            call = observe(neutral.messages, started)
+            call = observe(neutral.tail, started)
             if upstream.status >= 400:
                 response = await _relay(request, upstream)
                 failed = _failure(upstream.status, response.body if isinstance(response.body, bytes) else b"")

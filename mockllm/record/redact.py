@@ -25,13 +25,15 @@ from mockllm.dsh.chunks import (
     TextDelta,
     ToolCallDelta,
 )
+from mockllm.errors import BadRedaction
 
 MASK = "[REDACTED]"
 
 
 class Redactor:
     def __init__(self, patterns: Iterable[str | re.Pattern[str]] = ()) -> None:
-        self.patterns = [p if isinstance(p, re.Pattern) else re.compile(p) for p in patterns]
+        """Raises BadRedaction naming a pattern that is not a regular expression."""
+        self.patterns = [p if isinstance(p, re.Pattern) else _compile(p) for p in patterns]
 
     def __bool__(self) -> bool:
         return bool(self.patterns)
@@ -59,6 +61,14 @@ class Redactor:
         for pattern in self.patterns:
             out = _mask_across(pattern, out)
         return out
+
+
+def _compile(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise BadRedaction(f"--redact {pattern!r} is not a regular expression: {exc}; fix it, or escape "
+                           "the characters meant literally") from None
 
 
 def _mask_across(pattern: re.Pattern[str], parts: list[str]) -> list[str]:

@@ -33,14 +33,14 @@ import msgspec
 
 from mockllm.dsh.chunks import Failure, FinishChunk, FinishReason, StreamChunk
 from mockllm.dsh.header import InheritedEventCount, SessionHeader
+from mockllm.dsh.names import LOG_PREFIX, PRIMARY_FILE, SIDECAR_FILE, child_file
 from mockllm.dsh.reader import Event
 from mockllm.dsh.writer import EventLike, SessionWriter, partial_path
+from mockllm.errors import AlreadyRecorded, RecordError
 from mockllm.record.call import ObservedCall, TimedChunk
 from mockllm.record.events import SessionEvents
 from mockllm.record.redact import Redactor, redact_chunks
-from mockllm.scenario.load import PRIMARY_FILE
 from mockllm.script.entries import ThrowEntry
-from mockllm.script.sidecar import SIDECAR_FILE
 
 log = logging.getLogger("mockllm.record.command")
 
@@ -82,10 +82,14 @@ class SessionTree:
         self.closed = False
         self.failures: list[BaseException] = []  # file work that failed on the writer thread
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mockllm-record")
-        out.mkdir(parents=True, exist_ok=True)
-        taken = [p.name for p in out.iterdir() if p.name.startswith("session") or p.name == SIDECAR_FILE]
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            taken = [p.name for p in out.iterdir() if p.name.startswith(LOG_PREFIX) or p.name == SIDECAR_FILE]
+        except OSError as exc:
+            raise RecordError(f"{out}: cannot record there ({exc.strerror or exc}); name a folder that can be "
+                              "created, or a new or empty one") from None
         if taken:
-            raise FileExistsError(f"{out} already holds a recording ({', '.join(sorted(taken))}); "
+            raise AlreadyRecorded(f"{out} already holds a recording ({', '.join(sorted(taken))}); "
                                   "record into a new or empty folder")
 
     @property
@@ -176,9 +180,9 @@ class SessionTree:
         if session is not None:
             return session
         if self.closed:
-            raise RuntimeError(f"{self.out}: the recording is closed")
+            raise RecordError(f"{self.out}: the recording is closed; a call that ends after it is not recorded")
         primary = self.primary
-        file = PRIMARY_FILE if primary is None else f"session.{len(self.sessions)}.jsonl"
+        file = PRIMARY_FILE if primary is None else child_file(len(self.sessions))
         parent_id = None if primary is None else (lineage.parent or primary.id)
         parent = self.sessions.get(parent_id) if parent_id is not None else None
         if parent_id is not None and parent is None:
@@ -210,7 +214,7 @@ class SessionTree:
 
 def _append_rows(session: RecordedSession, rows: list[EventLike]) -> None:
     if session.writer is None:
-        raise RuntimeError(f"{session.file}: its log could not be opened")
+        raise RecordError(f"{session.file}: its log could not be opened (see the error logged before)")
     session.writer.append(rows)
 
 

@@ -44,6 +44,7 @@ from mockllm.replay.journal import CallRecord, Failures, Journal, RawHeaders
 from mockllm.replay.outcome import HeldInfo, Hold, Outcome, Refusal, Stream, Whole
 from mockllm.replay.pacing import plan_pacing, untimed_reason
 from mockllm.replay.report import FaultServed, PacingNote
+from mockllm.replay.routing import calling_session
 from mockllm.scenario.load import Scenario, SessionScript
 from mockllm.script.entries import HangEntry
 from mockllm.wire.dialect import Dialect, Message, Request
@@ -201,14 +202,16 @@ class Run:
         return Stream(record, reply, request.include_usage, schedule, held, ready_file, self.cwd, delay=delay)
 
     def live_session(self, header_id: str | None, request: Request, dialect: Dialect) -> str:
-        """The live id of the calling session: its header, else the session whose reply it continues,
-        else its conversation."""
-        if header_id is not None:
-            return header_id
-        if request.continues is not None:
-            binding = self._bindings.continued(dialect.reply_of(request.continues))
-            if binding is not None:
-                return binding.live_id
+        """The live id of the calling session, by the rule record mode uses too (`routing.py`): its
+        header, else the session whose reply it continues, else its conversation."""
+
+        def continued(reply_id: str) -> str | None:
+            binding = self._bindings.continued(dialect.reply_of(reply_id))
+            return binding.live_id if binding is not None else None
+
+        return calling_session(header_id, request, continued, self._by_conversation)
+
+    def _by_conversation(self, request: Request) -> str:
         if self.headerless == "anonymous":
             return ANONYMOUS
         live_id, _ = self._conversations.route(request.messages)

@@ -8,22 +8,19 @@ order in which dsh binds new live sessions).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mockllm.dsh.header import SessionHeader, SessionKind
+from mockllm.dsh.names import CHILD_FILE, MANIFEST_FILE, PRIMARY_FILE, SIDECAR_FILE
 from mockllm.dsh.reader import SessionLog, read_log
 from mockllm.errors import NotAScenarioError, RecordingError, ScenarioError
-from mockllm.scenario.side_routes import MANIFEST_FILE, SideRoute, SideRouteSpec, load_side_route, read_manifest
+from mockllm.scenario.side_routes import SideRoute, SideRouteSpec, load_side_route, read_manifest
 from mockllm.script.derive import Timing, call_timings, derive_script, recorded_model
 from mockllm.script.entries import Entry, tools_called
 from mockllm.script.inputs import RecordedInputs
-from mockllm.script.sidecar import SIDECAR_FILE, Sidecar, read_sidecar
-
-PRIMARY_FILE = "session.jsonl"
-_CHILD_FILE = re.compile(r"session\.(\d+)\.jsonl")
+from mockllm.script.sidecar import Sidecar, read_sidecar
 
 
 @dataclass(slots=True)
@@ -107,7 +104,7 @@ def is_scenario(path: Path) -> bool:
 def session_files(path: Path) -> list[Path]:
     """The primary's log (if any), then child logs by their number."""
     children = sorted(
-        (int(m.group(1)), p) for p in path.iterdir() if (m := _CHILD_FILE.fullmatch(p.name)) and p.is_file()
+        (int(m.group(1)), p) for p in path.iterdir() if (m := CHILD_FILE.fullmatch(p.name)) and p.is_file()
     )
     primary = [path / PRIMARY_FILE] if (path / PRIMARY_FILE).is_file() else []
     return primary + [p for _, p in children]

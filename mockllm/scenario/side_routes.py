@@ -20,13 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from mockllm.dsh.names import MANIFEST_FILE
 from mockllm.dsh.reader import read_log
 from mockllm.errors import RecordingError
 from mockllm.script.derive import derive_script
 from mockllm.script.entries import Entry
 from mockllm.script.sidecar import read_sidecar
-
-MANIFEST_FILE = "mockllm.json"
 
 
 class SideRouteSpec(NamedTuple):

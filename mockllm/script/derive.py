@@ -26,14 +26,21 @@ from mockllm.dsh.chunks import (
     UsageChunk,
 )
 from mockllm.dsh.header import SessionKind
+from mockllm.dsh.names import (
+    COMPACTION_EVENT,
+    REQUEST_CONTEXT,
+    REQUEST_HEADER,
+    SIDECAR_FILE,
+    STEP_START,
+    TOOL_RESULT,
+    USER_MESSAGE,
+)
 from mockllm.dsh.reader import CallChunk, Event, SessionLog, read_log
 from mockllm.errors import RecordingError
 from mockllm.script.entries import ChunksEntry, Entry
-from mockllm.script.inputs import TOOL_RESULT, USER_MESSAGE, RecordedInputs
+from mockllm.script.inputs import RecordedInputs
 from mockllm.script.sidecar import Sidecar
 
-COMPACTION_EVENT = "compaction/summary"
-STEP_START = "step/start"
 _INPUT_EVENTS = (USER_MESSAGE, TOOL_RESULT)
 _NOTED = frozenset((USER_MESSAGE, TOOL_RESULT, STEP_START, COMPACTION_EVENT))  # the events besides chunks read here
 
@@ -220,7 +227,7 @@ def calls_to_entries(calls: list[RecordedCall], log: SessionLog, replaced: set[i
             raise RecordingError(
                 log.path, call.line,
                 f"the model call of {call.where} (call {number}) has no final finish chunk "
-                f"(it ends with {last}); re-record it, or replace it in replay.override.json",
+                f"(it ends with {last}); re-record it, or replace it in {SIDECAR_FILE}",
             )
     return [ChunksEntry(call.chunks) for call in calls]
 
@@ -229,7 +236,7 @@ def _decode_compaction(raw: msgspec.Raw, event: Event, log: SessionLog) -> _Comp
     try:
         return _compaction_decoder.decode(raw)
     except msgspec.DecodeError as exc:
-        raise RecordingError(log.path, event.line, f"compaction/summary data: {exc}") from None
+        raise RecordingError(log.path, event.line, f"{COMPACTION_EVENT} data: {exc}") from None
 
 
 def _compaction_chunks(compaction: _Compaction) -> list[StreamChunk]:
@@ -247,7 +254,7 @@ def _compaction_chunks(compaction: _Compaction) -> list[StreamChunk]:
 def recorded_model(log: SessionLog) -> str | None:
     """The model the session called, from its first `request/context` or `request/header` event."""
     for event in log.events:
-        if event.type in ("request/context", "request/header") and isinstance(event.data, msgspec.Raw):
+        if event.type in (REQUEST_CONTEXT, REQUEST_HEADER) and isinstance(event.data, msgspec.Raw):
             data = msgspec.json.decode(event.data)
             if not isinstance(data, dict):
                 continue

@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
 from mockllm.errors import RequestError
 from mockllm.options import ServeOptions
+from mockllm.replay.routing import header_session
 from mockllm.replay.run import Run
 from mockllm.replay.runs import Runs
 from mockllm.scenario.load import Suite
@@ -94,7 +95,8 @@ class MockServer:
             call = dialect.decode_request(body)
         except RequestError as exc:
             return mock_error(400, "invalid_request", f"run {run.id}: {exc}", dialect=dialect)
-        outcome = run.answer(self._session_header(request.headers), call, dialect, request.raw_headers, body)
+        session = header_session(request.headers, self.session_headers)
+        outcome = run.answer(session, call, dialect, request.raw_headers, body)
         record = outcome.record
         try:
             return await self.writer.write(request, run, dialect, outcome)
@@ -105,14 +107,6 @@ class MockServer:
                          record.session, record.script or "unbound",
                          "-" if record.call is None else record.call + 1,
                          record.status, f"{record.error} " if record.error else "", record.duration_ms or 0.0)
-
-    def _session_header(self, headers: Mapping[str, str]) -> str | None:
-        """The first session header present, in the order they are configured."""
-        for name in self.session_headers:
-            value = headers.get(name)
-            if value is not None:
-                return value
-        return None
 
     async def models(self, request: web.Request) -> web.Response:
         run = self._run_for(request)

@@ -11,62 +11,31 @@ import contextlib
 import gc
 import importlib.resources
 import logging
-import signal
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
-
 from mockllm.errors import MockllmError
+from mockllm.hosting.listen import CannotListen, listen, serve_until_signalled
+from mockllm.hosting.listen import RunningServer as RunningServer  # the Python API and tests take it from here
 from mockllm.options import ServeOptions
 from mockllm.scenario import dshenv
 from mockllm.scenario.load import Suite, load_suite
 from mockllm.server.app import create_app
 
-# Held streams (hangs) are cancelled on shutdown; nothing else needs long to finish.
-SHUTDOWN_TIMEOUT = 1.0
 # Profiled at 1,000 concurrent streams, the default (700, 10, 10) spent ~25 µs a request in gen1/2
 # collections that freed nothing; a larger young generation keeps that flat as streams grow.
 GC_THRESHOLDS = (50_000, 50, 100)
 
 
-class RunningServer:
-    """A started server; `base_url` is `http://host:port` (no trailing slash)."""
-
-    def __init__(self, runner: web.AppRunner, host: str, port: int) -> None:
-        self.runner = runner
-        self.host = host
-        self.port = port
-
-    @property
-    def base_url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
-
-    async def close(self) -> None:
-        await self.runner.cleanup()
-
-
 async def start_server(suite: Suite, options: ServeOptions | None = None, **changes: Any) -> RunningServer:
     """Start serving `suite` on the running loop with `options` (ServeOptions field names as
-    keyword `changes` override them; in-process callers usually pass `port=0`: a free port)."""
+    keyword `changes` override them; in-process callers usually pass `port=0`: a free port).
+    An address that cannot be bound raises CannotListen (an OSError)."""
     options = (options or ServeOptions()).replace(**changes)
-    host, port = options.host, options.port
-    app = create_app(suite, options)
-    # handler_cancellation: a client that leaves cancels its handler, which is what frees a hang.
-    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    try:
-        await site.start()
-    except BaseException:
-        await runner.cleanup()  # a failed bind must not leave the app half set up
-        raise
-    sockets = runner.addresses
-    bound_port = sockets[0][1] if sockets else port
-    return RunningServer(runner, host, bound_port)
+    runner, port = await listen(create_app(suite, options), options.host, options.port)
+    return RunningServer(runner, options.host, port)
 
 
 def bundled_recordings() -> Path:
@@ -121,10 +90,6 @@ def serve_forever(path: Path | None, options: ServeOptions) -> int:
     return 0
 
 
-class CannotListen(MockllmError):
-    """The address could not be bound (kept apart from other OSErrors, such as a closed stdout)."""
-
-
 def settle_memory() -> None:
     """Take what was loaded (it lives as long as the server) out of the cyclic collector's scans."""
     gc.collect()
@@ -133,24 +98,15 @@ def settle_memory() -> None:
 
 
 async def _serve(suite: Suite, options: ServeOptions) -> None:
-    try:
-        server = await start_server(suite, options)
-    except OSError as exc:
-        raise CannotListen(f"cannot listen on {options.host}:{options.port}: {exc.strerror or exc}") from exc
+    server = await start_server(suite, options)
     settle_memory()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     names = sorted(suite.scenarios)
-    print(f"mockllm serving {len(names)} scenario(s) from {suite.path} on {server.base_url}", flush=True)
+    banner = [f"mockllm serving {len(names)} scenario(s) from {suite.path} on {server.base_url}"]
     if len(names) == 1:
-        print(f"  {server.base_url}/v1", flush=True)
-    for name in names:
-        print(f"  {server.base_url}/scenarios/{name}/v1", flush=True)
-    print(f"  runs: POST {server.base_url}/_mockllm/runs {{\"scenario\": NAME}}", flush=True)
+        banner.append(f"  {server.base_url}/v1")
+    banner += [f"  {server.base_url}/scenarios/{name}/v1" for name in names]
+    banner.append(f"  runs: POST {server.base_url}/_mockllm/runs {{\"scenario\": NAME}}")
     try:
-        await stop.wait()
+        await serve_until_signalled(server, banner)
     finally:
-        await server.close()
         print("mockllm stopped", flush=True)
