@@ -12,7 +12,7 @@ import pytest
 from mockllm.replay.conversations import ConversationIndex
 from mockllm.wire.chat import chat_messages
 from tests.conftest import assert_mock_error, http, new_run, run_state
-from tests.dshtree import (
+from tests.logbuilder import (
     FORK_ID,
     FORK_TASK,
     MIXED_ANSWERS,
