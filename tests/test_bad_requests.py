@@ -13,7 +13,7 @@ from aiohttp import web
 
 import mockllm.server.app
 from tests.conftest import assert_mock_error, http, new_run
-from tests.dshtree import chunks_entry, text_call, write_override
+from tests.logbuilder import chunks_entry, text_call, write_override
 
 GOOD = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
 

@@ -14,9 +14,8 @@ import pytest
 
 from mockllm.replay.divergence import SHOWN, short_diff
 from mockllm.scenario.load import SessionScript, load_scenario
-from tests.conftest import CORPUS, corpus_or_skip, http, new_run, run_state
-from tests.dshtree import Log, header, text_call, write_log
-from tests.logbuilder import corpus_params
+from tests.conftest import http, new_run, run_state
+from tests.logbuilder import CORPUS, Log, corpus_or_skip, corpus_params, header, text_call, write_log
 
 MIXED = CORPUS / "v0-unpacked" / "acp-agent--subagent-mixed"
 MULTI = CORPUS / "v0-unpacked" / "acp-agent--subagent-multi"

@@ -20,7 +20,7 @@ from mockllm.replay.run import Run
 from mockllm.scenario.load import load_scenario
 from mockllm.wire import DEFAULT
 from tests.conftest import http, new_run, run_state
-from tests.dshtree import text_call, write_override, write_sessions
+from tests.logbuilder import text_call, write_override, write_sessions
 
 CALLS = ["ZERO", "ONE", "TWO", "THREE"]
 

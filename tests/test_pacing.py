@@ -32,8 +32,8 @@ from mockllm.server.app import SERVER_KEY, MockServer
 from mockllm.server.running import RunningServer
 from mockllm.wire import DIALECTS
 from mockllm.wire.reply import AT_END, AT_START
-from tests.conftest import CORPUS, corpus_or_skip, http, new_run, run_state
-from tests.logbuilder import header
+from tests.conftest import http, new_run, run_state
+from tests.logbuilder import CORPUS, corpus_or_skip, header
 
 EARLY_MS = 5  # an event may arrive this much before its offset (timer rounding), never more
 LATE_MS = 150  # ... and at most this much after it, on a loaded host

@@ -12,7 +12,8 @@ from mockllm.cli.main import main
 from mockllm.cli.validate import check_suite
 from mockllm.record.command import RecordOptions
 from mockllm.scenario.load import load_suite
-from tests.conftest import ROOT, corpus_or_skip, new_run
+from tests.conftest import new_run
+from tests.logbuilder import ROOT, corpus_or_skip
 
 
 async def test_record_verb_prints_its_base_url_and_finishes_the_tree_on_sigint(serve, tmp_path):

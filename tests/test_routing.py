@@ -14,7 +14,7 @@ from mockllm.replay.routing import calling_session, header_session
 from mockllm.wire.chat import chat_messages
 from mockllm.wire.dialect import Request
 from tests.conftest import assert_mock_error, http, new_run, run_state
-from tests.dshtree import (
+from tests.logbuilder import (
     FORK_ID,
     FORK_TASK,
     MIXED_ANSWERS,

@@ -18,7 +18,7 @@ from mockllm.replay.outcome import Hold, Outcome, Refusal, Stream, Whole
 from mockllm.replay.run import Run
 from mockllm.scenario.load import load_scenario
 from mockllm.wire import DEFAULT
-from tests.dshtree import Log, header, text_call, write_log, write_override, write_sessions
+from tests.logbuilder import Log, header, text_call, write_log, write_override, write_sessions
 
 NO_HEADERS: tuple[tuple[bytes, bytes], ...] = ()
 

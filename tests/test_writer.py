@@ -8,7 +8,6 @@ from typing import Any
 
 import msgspec
 import pytest
-from logbuilder import chunk_rows, corpus_params, header, stamped, text_call, turn_rows
 
 from mockllm.dsh.chunks import TextDelta
 from mockllm.dsh.header import InheritedEventCount, SessionHeader
@@ -19,6 +18,7 @@ from mockllm.errors import RecordingError
 from mockllm.scenario.load import is_scenario, load_scenario
 from mockllm.script.derive import calls_to_entries, derive_calls
 from mockllm.script.entries import ChunksEntry
+from tests.logbuilder import chunk_rows, corpus_params, header, stamped, text_call, turn_rows
 
 RECORDINGS = Path(__file__).resolve().parents[1] / "recordings"
 # Row fields the reader models; a corpus row with others (dsh's `surfaceOp`, `sourceEventSeqs`)
