@@ -17,7 +17,6 @@ hold.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
