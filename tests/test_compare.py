@@ -102,4 +102,5 @@ def test_a_divergence_is_a_problem_of_the_run_and_its_headline_says_what() -> No
 def test_under_warn_a_divergence_is_reported_and_fails_nothing() -> None:
     warned = report("warn")
     assert warned.problems() == []
-    assert "(divergence: warn)" in warned.describe().splitlines()[0]
+    lines = warned.describe().splitlines()
+    assert lines[0].endswith("replayed as recorded") and "(divergence: warn, so this fails nothing)" in lines[1]

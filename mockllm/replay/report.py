@@ -160,13 +160,14 @@ class RunReport(msgspec.Struct, frozen=True):
         problems = self.problems(require_consumed=require_consumed)
         head = f"mockllm run {self.run} of scenario {self.scenario!r}: "
         head += f"{len(problems)} problem(s)" if problems else "replayed as recorded"
-        if self.divergences:
+        if self.divergences and self.divergence == "fail":  # under "warn" they are listed below, and fail nothing
             first = self.divergences[0]
             head += (f"; {self.diverged_calls} call(s) differed from the recording, first {first.session} call "
-                     f"{first.call + 1} at {first.what}" + (" (divergence: warn)" if self.divergence == "warn" else ""))
+                     f"{first.call + 1} at {first.what}")
         lines = [head, *("  " + p for p in problems)]
         if self.divergences:  # why it went wrong, most often: where the agent's requests changed
-            lines.append("  where requests first differed from the recording:")
+            lines.append("  where requests first differed from the recording"
+                         + (" (divergence: warn, so this fails nothing):" if self.divergence == "warn" else ":"))
             lines += [f"    {_divergence_line(d)}" for d in self.divergences]
         if self.faults:
             lines.append(f"  faults served as asked: {len(self.faults)}")

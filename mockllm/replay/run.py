@@ -406,6 +406,11 @@ class Run:
         bound = ", ".join(f"{sessions[b.script].file}<-{b.live_id}" for b in self._bindings) or "none"
         message = (f"run {self.id}: live session {live_id} is new, but every recorded session with model calls "
                    f"is already bound ({bound})")
+        if self.default and self.consumed:
+            return message + (f". This is scenario {self.scenario.name}'s default run, and it is spent: every "
+                              "recorded call was served already (the agent ran a second time against it). Start "
+                              f"over with DELETE /_mockllm/runs/{self.id} (the next request gets a fresh default "
+                              "run), or give each test its own run with POST /_mockllm/runs")
         if request is None or not self._conversations.owns(live_id):
             return message + ("; the agent started a session that was not recorded: re-record the scenario, or "
                               "send the recorded id in the x-mockllm-session header")
