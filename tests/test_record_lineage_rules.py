@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mockllm.cli.validate import check_suite
-from mockllm.dsh.chunks import Block, BlockEnd, BlockStart, FinishChunk, FinishReason, TextDelta
+from mockllm.dsh.chunks import Block, BlockEnd, BlockStart, Failure, FinishChunk, FinishReason, TextDelta
 from mockllm.dsh.writer import recover
 from mockllm.record.call import ObservedCall, TimedChunk, observe
 from mockllm.record.lineage import CallFacts, SessionFacts, facts_of, lay_out
@@ -265,3 +265,20 @@ def test_cwd_is_written_as_the_placeholder_only_as_a_whole_path(cwd, text, expec
 def test_cwd_is_found_across_fragments_before_redaction():
     redactor = Redactor([r"sk-\w+"], cwd="/w/app")
     assert redactor.fragments(["cat /w/a", "pp/k sk-1", "23"]) == ["cat {{cwd}}", "/k [REDACTED]", ""]
+
+
+def test_a_side_routes_failures_are_its_own_throw_entries_in_arrival_order(tmp_path: Path):
+    tree = SessionTree(tmp_path, side_routes=("title-model", "unused"))
+    side = Caller(side_route="title-model")
+    late, cut, failed = _text_call(3), _text_call(2), _text_call(1)
+    cut.chunks = [*cut.chunks[:2], TimedChunk(102, FinishChunk(FinishReason("error", failure=Failure("gone", "X"))))]
+    tree.record(side, late)  # ended first, arrived last
+    tree.record_cut(side, cut, Failure("the stream broke off", "STREAM_CLOSED"))
+    tree.record_failure(side, failed, Failed(429, "slow down", "rate_limit_error"))
+    tree.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mockllm.json", "side.title-model.json"]
+    entries = json.loads((tmp_path / "side.title-model.json").read_text())
+    assert [(e["kind"], e.get("status"), e.get("code")) for e in entries] == [
+        ("throw", 429, "rate_limit_error"), ("throw", None, "STREAM_CLOSED"), ("chunks", None, None)]
+    assert entries[1]["chunks"] == [{"type": "block-start", "index": 0, "blockType": "text"},
+                                    {"type": "text-delta", "index": 0, "text": "hi"}]
