@@ -147,8 +147,8 @@ class ServeOptions:
                               "durations in ms, temp folders) before comparing inputs", metavar="true|false",
                               switch=True)
     bind: Bind = _option("content", "bind a new live session to the script whose first recorded inputs match its "
-                         "request (twins in recorded order), or to the next script in first-call order",
-                         choices=BINDS)
+                         "request (twins by their recorded system prompt, else in recorded order), or to the next "
+                         "script in first-call order", choices=BINDS)
     divergence: DivergencePolicy = _option(
         "fail", "whether a call that differs from the recording fails the run's checks (fail) or is only "
         "reported (warn)", choices=("fail", "warn"))

@@ -34,7 +34,7 @@ from mockllm.record.tree import Caller, Failed, Lineage, SessionTree
 from mockllm.replay.conversations import ConversationIndex
 from mockllm.replay.routing import calling_session, header_session
 from mockllm.wire import DEFAULT, DIALECTS
-from mockllm.wire.dialect import Dialect, Request, StreamDecoder
+from mockllm.wire.dialect import Dialect, Request, StreamDecoder, system_text
 from mockllm.wire.sse_reader import Event, SSEReader
 
 log = logging.getLogger("mockllm.record.command")
@@ -86,8 +86,15 @@ class Recorder:
         started = now_ms()
         # Routed and numbered as it arrives, before it is forwarded: the order answers end in must
         # not decide which session a request joins, nor the order of sessions in the tree.
-        target = None if neutral is None else (self._caller(request.headers, neutral), observe(
-            neutral.tail, started, arrival=self.tree.arrived(), offers_tools=_offers_tools(neutral)))
+        target = None
+        if neutral is not None:
+            caller = self._caller(request.headers, neutral)
+            # A session's first system prompt is written in its log (replay binds twins by it): read
+            # only while the session has recorded nothing, so later calls decode no more than before.
+            first = caller.side_route is None and caller.session not in self.tree.sessions
+            target = caller, observe(neutral.tail, started, arrival=self.tree.arrived(),
+                                     offers_tools=_offers_tools(neutral),
+                                     system=system_text(neutral.messages) if first else None)
         try:
             upstream = await self.client.request(request.method, url, data=body, headers=_forwarded(request.headers))
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:

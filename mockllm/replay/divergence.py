@@ -124,11 +124,20 @@ def describe(mismatch: Mismatch, how: Comparison) -> tuple[str, str, str, str]:
 
 
 def _same_text(want: Input, have: Input, how: Comparison) -> bool:
-    return masked(_recorded_text(want, how.cwd), how.masks) == masked(have.text, how.masks)
+    return same_text(want.text, have.text, how)
+
+
+def same_text(recorded: str, live: str, how: Comparison) -> bool:
+    """Whether a recorded text and a live one agree, masked (the run's `cwd` put for `{{cwd}}`)."""
+    return masked(_with_cwd(recorded, how.cwd), how.masks) == masked(live, how.masks)
 
 
 def _recorded_text(want: Input, cwd: str | None) -> str:
-    return want.text.replace(CWD, cwd) if cwd is not None else want.text
+    return _with_cwd(want.text, cwd)
+
+
+def _with_cwd(text: str, cwd: str | None) -> str:
+    return text.replace(CWD, cwd) if cwd is not None else text
 
 
 def _user_name(number: int, count: int) -> str:

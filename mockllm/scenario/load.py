@@ -41,6 +41,7 @@ class SessionScript:
     # (script.DerivedScript); the times themselves are read from `path` on first use (`timings`).
     inputs: list[RecordedInputs | None] = field(default_factory=list)
     timed: list[int | None] = field(default_factory=list)
+    system: str | None = None  # its first call's system prompt, when the log names it (binds twins)
     path: Path | None = None
     _timings: list[Timing | None] | None = None
     # The whole log, kept only when asked (`keep_logs`): serving needs the scripts, not the events,
@@ -217,7 +218,7 @@ def _session_script(file: Path, sidecar: Sidecar | None, keep_logs: bool, *, pri
     return SessionScript(
         id=header.id, file=file.name, parent=header.parent_session, kind=script.kind, cut=header.cut,
         events=len(log.events), created_at=header.created_at, entries=script.entries, header=header,
-        inputs=script.inputs, timed=script.timed, path=file,
+        inputs=script.inputs, timed=script.timed, system=script.system, path=file,
         model=recorded_model(log), log=log if keep_logs else None,
     )
 
