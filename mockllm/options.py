@@ -144,7 +144,7 @@ class ServeOptions:
         (), "mask matches of REGEX in recorded and live inputs before comparing them (repeatable)",
         metavar="REGEX", repeat=True)
     normalize: bool = _option(True, "mask what agents vary between runs (UUIDs, hex ids, ISO dates and times, "
-                              "durations in ms, temp folders) before comparing inputs", metavar="true|false",
+                              "measured durations, temp folders) before comparing inputs", metavar="true|false",
                               switch=True)
     bind: Bind = _option("content", "bind a new live session to the script whose first recorded inputs match its "
                          "request (twins by their recorded system prompt, else in recorded order), or to the next "
