@@ -135,6 +135,11 @@ class Run(_RunInfo):
             self._final = RunReport.from_json(self._server.admin("DELETE", self._admin))
         return self._final
 
+    def report_html(self) -> str:
+        """The run as one self-contained HTML file (`GET /_mockllm/runs/{run}/report.html`): live,
+        or ended lately (the server keeps its latest ended runs' reports)."""
+        return self._server.fetch_text(f"{self._admin}/report.html")
+
     def assert_consumed(self) -> None:
         """Raise RunNotClean (an AssertionError carrying the whole report) when any failure was
         answered (404, 410, 422…) or a recorded call was not requested."""
@@ -247,6 +252,17 @@ class Server:
             with error:
                 return _admin_result(error.code, error.read())
 
+    def fetch_text(self, url: str) -> str:
+        """A page the server renders (an inspector report), or AdminError."""
+        try:
+            with self._opener.open(url, timeout=ADMIN_TIMEOUT) as response:
+                text: str = response.read().decode("utf-8")
+                return text
+        except urllib.error.HTTPError as error:
+            with error:
+                _admin_result(error.code, error.read())  # raises AdminError with the server's reason
+                raise
+
 
 class AsyncRun(_RunInfo):
     """One replay of a scenario on an `AsyncServer`; `async with` ends it."""
@@ -266,6 +282,10 @@ class AsyncRun(_RunInfo):
         if self._final is None:
             self._final = RunReport.from_json(await self._server.admin("DELETE", self._admin))
         return self._final
+
+    async def report_html(self) -> str:
+        """The run as one self-contained HTML file; see `Run.report_html`."""
+        return await self._server.fetch_text(f"{self._admin}/report.html")
 
     async def assert_consumed(self) -> None:
         """Raise RunNotClean when any failure was answered or a recorded call was not requested."""
@@ -338,6 +358,16 @@ class AsyncServer:
             raise MockllmError("the server is not running")
         async with self._http.request(method, url, json=body) as response:
             return _admin_result(response.status, await response.read())
+
+    async def fetch_text(self, url: str) -> str:
+        """A page the server renders (an inspector report), or AdminError."""
+        if self._http is None:
+            raise MockllmError("the server is not running")
+        async with self._http.get(url) as response:
+            raw = await response.read()
+            if response.status >= 400:
+                _admin_result(response.status, raw)
+            return raw.decode("utf-8")
 
 
 async def _start(suite: Suite, options: ServeOptions) -> RunningServer:

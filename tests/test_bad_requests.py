@@ -135,9 +135,9 @@ async def test_an_anthropic_base_with_v1_twice_is_told_to_drop_it(serve, scenari
     ("PUT", "/scenarios/s/v1/chat/completions", "POST"),
     ("POST", "/v1/models", "GET,HEAD"),
     ("POST", "/_mockllm/health", "GET,HEAD"),
-    ("GET", "/_mockllm/runs", "POST"),
+    ("DELETE", "/_mockllm/runs", "GET,HEAD,POST"),  # GET lists the runs (the inspector)
     ("PUT", "/_mockllm/runs/run-1", "DELETE,GET,HEAD"),
-], ids=["get-chat", "put-chat", "post-models", "post-health", "get-runs", "put-run"])
+], ids=["get-chat", "put-chat", "post-models", "post-health", "delete-runs", "put-run"])
 async def test_wrong_methods(serve, scenario, method, path, allowed):
     server = await serve(scenario)
     status, body, headers = await raw(method, server.base_url + path, b"{}")

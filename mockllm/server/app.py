@@ -2,9 +2,10 @@
 
 Addresses (DESIGN.md §3): `/scenarios/{name}/v1/…` (the scenario's default run), `/runs/{run}/v1/…`
 (a run made with `POST /_mockllm/runs`), `/v1/…` when exactly one scenario is loaded, and the
-admin endpoints under `/_mockllm/`. Under each base every registered wire dialect has its route;
-this module names none of them. A model route's handler finds the run, reads and decodes the
-body, asks the run what the call gets (`Run.answer`), and writes that outcome.
+admin endpoints and the inspector (`server/inspector.py`) under `/_mockllm/`. Under each base
+every registered wire dialect has its route; this module names none of them. A model route's
+handler finds the run, reads and decodes the body, asks the run what the call gets
+(`Run.answer`), and writes that outcome; an open inspector page hears of it (`events.Hub`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from mockllm.replay.run import Run
 from mockllm.replay.runs import Runs
 from mockllm.scenario.load import Suite
 from mockllm.server.admin import Admin, read_body, scenario_error
+from mockllm.server.events import Hub
+from mockllm.server.inspector import Inspector
 from mockllm.server.mock_errors import mock_error
 from mockllm.server.streaming import OutcomeWriter, Pacer
 from mockllm.wire import DEFAULT, DIALECTS, models_body
@@ -45,6 +48,9 @@ class MockServer:
         self.max_body = MAX_BODY  # the app's client_max_size too (create_app)
         self.admin = Admin(suite, self.runs, self.max_body)
         self.writer = OutcomeWriter()
+        self.hub = Hub()  # the inspector page's live events
+        self.runs.listener = self.hub.run_changed
+        self.inspector = Inspector(suite, self.runs, self.hub)
 
     @property
     def pacer(self) -> Pacer:
@@ -98,10 +104,15 @@ class MockServer:
         session = header_session(request.headers, self.session_headers)
         outcome = run.answer(session, call, dialect, request.raw_headers, body)
         record = outcome.record
+        hub = self.hub
+        if hub.watched:  # an inspector page is open: the cursor just moved
+            hub.touched(run.id)
         try:
             return await self.writer.write(request, run, dialect, outcome)
         finally:
             record.done()
+            if hub.watched:
+                hub.touched(run.id)
             if log.isEnabledFor(logging.INFO):
                 log.info("%s %s %s session %s (%s) call %s: %s %s%.1f ms", run.id, dialect.name, record.kind or "-",
                          record.session, record.script or "unbound",
@@ -116,8 +127,10 @@ class MockServer:
                             content_type="application/json")
 
     async def release_held(self, app: web.Application) -> None:
-        """On shutdown: held and paced streams end at once instead of stalling shutdown."""
+        """On shutdown: held and paced streams, and inspector pages' event streams, end at once
+        instead of stalling shutdown."""
         self.writer.release()
+        self.hub.close()
 
 
 BASES = ("/scenarios/{name}/v1", "/runs/{run}/v1", "/v1")
@@ -177,7 +190,9 @@ def create_app(suite: Suite, options: ServeOptions | None = None) -> web.Applica
     admin = server.admin
     _add_routes(app, "/_mockllm/health", {"GET": admin.health})
     _add_routes(app, "/_mockllm/scenarios", {"GET": admin.scenarios})
-    _add_routes(app, "/_mockllm/runs", {"POST": admin.create_run})
+    _add_routes(app, "/_mockllm/runs", {"POST": admin.create_run, "GET": server.inspector.list_runs})
     _add_routes(app, "/_mockllm/runs/{run}", {"GET": admin.get_run, "DELETE": admin.end_run})
+    for path, handlers in server.inspector.routes().items():
+        _add_routes(app, path, handlers)
     app.router.add_route("*", "/{tail:.*}", _unknown_path)
     return app
