@@ -6,6 +6,7 @@
   const ADMIN = "/_mockllm";
   const runs = document.getElementById("runs");
   const status = document.getElementById("status");
+  const SHOWN = 30; // runs on the page at most: a long suite's ended runs go, oldest first
   const pending = new Map(); // run id -> "busy" | "again": one request in flight per run, the latest wins
   const bodies = new Map(); // call key -> body text, kept across swaps
 
@@ -57,6 +58,10 @@
       runs.prepend(fresh); // newest first
       const empty = document.getElementById("no-runs");
       if (empty) empty.remove();
+      const ended = runs.querySelectorAll('.run[data-ended="true"]');
+      for (let i = ended.length - 1, extra = runs.children.length - SHOWN; i >= 0 && extra > 0; i--, extra--) {
+        ended[i].remove();
+      }
     }
     fresh.querySelectorAll("details.call[open]").forEach(loadBody);
   }
@@ -68,7 +73,8 @@
 
   async function loadBody(call) {
     const pre = call.querySelector("pre.body[data-src]");
-    if (!pre) return;
+    if (!pre || pre.dataset.state) return; // opening it again, or its toggle after a swap: once is enough
+    pre.dataset.state = "loading";
     const key = pre.dataset.src + "@" + call.dataset.at; // a reset run numbers its calls from 0 again
     if (bodies.has(key)) {
       pre.textContent = bodies.get(key);
@@ -89,7 +95,8 @@
       bodies.set(key, text);
       pre.textContent = text;
     } catch (error) {
-      pre.textContent = "(could not fetch it: " + error + ")";
+      pre.textContent = "(could not fetch it: " + error + "; close and open the call to try again)";
+      delete pre.dataset.state;
     }
   }
 
