@@ -102,6 +102,8 @@ class _RunInfo:
         self.id: str = body["run"]
         self.scenario = scenario
         self.base_url: str = body["base_url"]  # ends in /v1: an OpenAI client's base_url
+        # The Anthropic SDK adds /v1 itself: its base_url is the run's base without it.
+        self.anthropic_base_url: str = self.base_url.removesuffix("/v1")
         self._admin = f"{server_url}/_mockllm/runs/{self.id}"
         self._final: RunReport | None = None
 

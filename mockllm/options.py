@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mockllm.replay.faults import Fault, parse_faults
+from mockllm.replay.normalize import Mask, masks_for
 from mockllm.scenario.side_routes import SideRouteSpec, parse_side_route
 
 Headerless = Literal["conversation", "anonymous"]
@@ -36,6 +37,7 @@ def items(value: str | Iterable[str]) -> tuple[str, ...]:
 
 
 Bind = Literal["order", "content"]
+DivergencePolicy = Literal["fail", "warn"]
 
 PACES = ("burst", "recorded")
 BINDS = ("order", "content")
@@ -73,6 +75,12 @@ def check_bind(value: Any) -> Bind:
     """`order` (first-call order) or `content` (the script whose first recorded inputs match)."""
     if value not in BINDS:
         raise ValueError(f"bind must be 'order' or 'content', not {value!r}")
+    return value  # type: ignore[no-any-return]
+
+
+def check_divergence(value: Any) -> DivergencePolicy:
+    if value not in ("fail", "warn"):
+        raise ValueError(f"must be fail or warn, not {value!r}")
     return value  # type: ignore[no-any-return]
 
 
@@ -135,8 +143,15 @@ class ServeOptions:
     ignore_input: tuple[str, ...] = _option(
         (), "mask matches of REGEX in recorded and live inputs before comparing them (repeatable)",
         metavar="REGEX", repeat=True)
-    bind: Bind = _option("order", "bind a new live session to the next script in first-call order, or to the "
-                         "script whose first recorded inputs match its request", choices=BINDS)
+    normalize: bool = _option(True, "mask what agents vary between runs (UUIDs, hex ids, ISO dates and times, "
+                              "durations in ms, temp folders) before comparing inputs", metavar="true|false",
+                              switch=True)
+    bind: Bind = _option("content", "bind a new live session to the script whose first recorded inputs match its "
+                         "request (twins in recorded order), or to the next script in first-call order",
+                         choices=BINDS)
+    divergence: DivergencePolicy = _option(
+        "fail", "whether a call that differs from the recording fails the run's checks (fail) or is only "
+        "reported (warn)", choices=("fail", "warn"))
     faults: tuple[Fault, ...] = _option(
         (), 'a fault for the default runs, as JSON: {"call": N, "status": 429} or {"rate": R, "seed": S, "status": 500}'
         ' (fields: session, call, status, retry_after, cut_after, delay_ms, times; repeatable)',
@@ -154,6 +169,7 @@ class ServeOptions:
         object.__setattr__(self, "pace", check_pace(self.pace))
         object.__setattr__(self, "speed", check_speed(self.speed))
         check_bind(self.bind)
+        check_divergence(self.divergence)
         for name in ("session_headers", "side_routes", "ignore_input"):
             object.__setattr__(self, name, items(getattr(self, name)))
         for route in self.side_routes:
@@ -239,7 +255,7 @@ def from_arguments(args: argparse.Namespace | Mapping[str, Any]) -> ServeOptions
 
 
 # The serve options a run may set for itself, as JSON fields of `POST /_mockllm/runs`.
-RUN_FIELDS = ("cwd", "pace", "speed", "strict", "ignore_input", "bind", "faults")
+RUN_FIELDS = ("cwd", "pace", "speed", "strict", "ignore_input", "normalize", "bind", "divergence", "faults")
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,12 +267,15 @@ class RunSettings:
     speed: float = 1.0
     strict: bool = False
     ignore_input: tuple[str, ...] = ()
-    bind: Bind = "order"
+    normalize: bool = True
+    bind: Bind = "content"
+    divergence: DivergencePolicy = "fail"
     faults: tuple[Fault, ...] = ()
-    masks: tuple[re.Pattern[str], ...] = field(default=(), compare=False, repr=False)
+    # What a comparison masks: the run's own patterns, then the built-in normalisations.
+    masks: tuple[Mask, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "masks", check_patterns(self.ignore_input))
+        object.__setattr__(self, "masks", masks_for(check_patterns(self.ignore_input), self.normalize))
 
     @property
     def gap_ms(self) -> float | None:
@@ -290,7 +309,9 @@ def _run_field(name: str, value: Any) -> Any:
         return check_pace(value)
     if name == "speed":
         return check_speed(value)
-    if name == "strict":
+    if name == "divergence":
+        return check_divergence(value)
+    if name in ("strict", "normalize"):
         if not isinstance(value, bool):
             raise ValueError(f"must be true or false, not {value!r}")
         return value

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from mockllm.options import argument_specs
+from mockllm.options import RUN_FIELDS, argument_specs
 
 if TYPE_CHECKING:
     from mockllm.api import Run, Server
@@ -34,7 +34,8 @@ RECORDINGS = "mockllm_recordings"
 REPORT_DIR = "mockllm_report_dir"
 NAME_KEPT = 180  # characters of a node id in a report's file name: file systems allow 255 bytes
 PREFIX = "mockllm-"
-MARKER = "mockllm(scenario, consume=True): the scenario `mockllm_run` replays; consume=False allows calls left over"
+MARKER = ("mockllm(scenario, consume=True): the scenario `mockllm_run` replays; consume=False allows calls left "
+          "over; keywords such as bind=, strict=, ignore_input=, divergence=, faults=, pace= set this test's run")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -108,9 +109,9 @@ def mockllm_run(request: pytest.FixtureRequest, mockllm_server: Server) -> Itera
     checked at teardown."""
     from mockllm.api import AdminError
 
-    scenario, consume = _marker(request.node.get_closest_marker("mockllm"), mockllm_server)
+    scenario, consume, settings = _marker(request.node.get_closest_marker("mockllm"), mockllm_server)
     try:
-        run = mockllm_server.run(scenario)
+        run = mockllm_server.run(scenario, **settings)
     except AdminError as exc:  # an unknown or broken scenario: the server's reason is the whole story
         pytest.fail(f"mockllm: no run of scenario {scenario!r}: {exc}", pytrace=False)
     yield run
@@ -173,14 +174,18 @@ def save_report(item: pytest.Item | pytest.FixtureRequest, run: Run) -> str:
     return f"mockllm report: {path}"
 
 
-def _marker(marker: pytest.Mark | None, server: Server) -> tuple[str, bool]:
+def _marker(marker: pytest.Mark | None, server: Server) -> tuple[str, bool, dict[str, Any]]:
+    """The marker's scenario, `consume`, and the run settings it gives this test (DESIGN.md §6)."""
     if marker is None:
         if len(server.scenarios) == 1:  # one scenario loaded: naming it adds nothing
-            return server.scenarios[0], True
+            return server.scenarios[0], True, {}
         pytest.fail(f'mockllm_run needs @pytest.mark.mockllm("scenario"); loaded: {", ".join(server.scenarios)}',
                     pytrace=False)
     args, kwargs = marker.args, dict(marker.kwargs)
     consume = kwargs.pop("consume", True)
-    if len(args) != 1 or not isinstance(args[0], str) or kwargs or not isinstance(consume, bool):
-        pytest.fail(f'expected @pytest.mark.mockllm("scenario", consume=True), got {marker}', pytrace=False)
-    return args[0], consume
+    unknown = sorted(set(kwargs) - set(RUN_FIELDS))
+    if len(args) != 1 or not isinstance(args[0], str) or unknown or not isinstance(consume, bool):
+        why = f"; unknown: {', '.join(unknown)}" if unknown else ""
+        pytest.fail(f'expected @pytest.mark.mockllm("scenario", consume=True), got {marker}{why}; run settings '
+                    f"it takes: {', '.join(RUN_FIELDS)}", pytrace=False)
+    return args[0], consume, kwargs

@@ -18,6 +18,10 @@ from mockllm.replay.report import RunReport
 ROOT = Path(__file__).resolve().parents[1]
 RECORDINGS = ROOT / "recordings"
 USER = [{"role": "user", "content": "go"}]
+# These tests drive the bundled recordings with a stand-in prompt: what they check is routing and
+# consumption, so a divergence is reported, not failed (tests/test_compare.py and test_plugin.py
+# check that it fails by default).
+WARN = {"divergence": "warn"}
 
 
 OPEN: list[openai.OpenAI] = []
@@ -56,12 +60,12 @@ def port_is_free(port: int) -> bool:
 
 @pytest.fixture(scope="module")
 def srv() -> Any:
-    with mockllm.Server(RECORDINGS) as server:
+    with mockllm.Server(RECORDINGS, **WARN) as server:
         yield server
 
 
 def test_server_listens_on_a_free_loopback_port_and_leaving_frees_it() -> None:
-    with mockllm.Server(RECORDINGS / "text-turn") as server:
+    with mockllm.Server(RECORDINGS / "text-turn", **WARN) as server:
         assert server.url.startswith("http://127.0.0.1:")
         port = int(server.url.rsplit(":", 1)[1])
         assert port != 8080 and not port_is_free(port)
@@ -217,7 +221,7 @@ def test_leaving_the_context_releases_a_held_stream() -> None:
 
 
 async def test_async_server_has_the_same_shape() -> None:
-    async with mockllm.AsyncServer(RECORDINGS, session_headers=("x-agent",)) as server:
+    async with mockllm.AsyncServer(RECORDINGS, session_headers=("x-agent",), **WARN) as server:
         port = int(server.url.rsplit(":", 1)[1])
         async with await server.run("tool-loop") as run:
             aclient = openai.AsyncOpenAI(base_url=run.base_url, api_key="unused", max_retries=0,

@@ -58,7 +58,9 @@ def report_of(run: Run, *, ended: bool = True) -> str:
 
 def test_the_report_says_which_session_diverged_where_and_how(fork: Run) -> None:
     text = text_of(report_of(fork))
-    assert "mockllm report: run-7 of fork 1 problem" in text
+    assert "mockllm report: run-7 of fork 2 problems" in text
+    assert ("diverged: session session.jsonl (live id lead) call 2, the last user message: expected 'fork it', "
+            "got 'fork that <b>now</b>'") in text
     assert "unconsumed: session session.jsonl (primary, recorded id p) served calls 1-2; call 3 of 3 not requested" \
         in text
     assert ("Where requests first differed from the recording session.jsonl call 2 (live id lead): diverged at the "
@@ -70,8 +72,10 @@ def test_the_report_draws_the_tree_and_a_lane_per_session_with_its_cursor(fork: 
     text = text_of(report_of(fork))
     cut = summarize(fork.scenario).sessions[1].cut
     assert f"primary session.jsonl 3 entries · id p fork session.1.jsonl cut {cut} 1 entry · id c" in text
-    assert "primary session.jsonl recorded id p · live id lead · in first-call order served 2 / 3" in text
-    assert f"fork session.1.jsonl cut {cut} recorded id c · live id forked · in first-call order served 1 / 1" in text
+    assert "primary session.jsonl recorded id p · live id lead · by content: its first request matched served 2 / 3" \
+        in text
+    assert (f"fork session.1.jsonl cut {cut} recorded id c · live id forked · by content: its first request matched "
+            "served 1 / 1") in text
     assert "Calls: 3 calls" in text
     assert "#2 session.jsonl call 2 of 3 diverged 200 · chunks" in text
 
@@ -101,7 +105,8 @@ def test_a_live_run_is_in_progress_and_its_view_fetches_bodies_on_demand(fork: R
     view = run_view(build_state(fork, bodies=False), summarize(fork.scenario))
     html = run_html(view, body_url=lambda run, n: f"/calls/{run}/{n}", actions=True)
     text = text_of(html)
-    assert "run-7 of fork live in progress" in text  # calls left are no problem while it runs
+    assert "run-7 of fork live 1 problem" in text and "diverged: session session.jsonl" in text
+    assert "unconsumed" not in text  # calls left are no problem while it runs
     assert 'data-src="/calls/run-7/1"' in html and "&quot;messages&quot;" not in html  # no body inline
     assert 'data-action="reset"' in html and 'data-action="end"' in html
 

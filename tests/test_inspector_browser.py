@@ -93,10 +93,11 @@ async def test_the_live_page_shows_the_fork_tree_replaying_and_a_divergence(
     shot = await browser.screenshot(tmp_path / "inspector-live.png")
     print(f"screenshot: {shot}")
 
-    # Ending the run from the page: the server's run is gone, the page shows it ended.
+    # Ending the run from the page: the server's run is gone, the page shows it ended, failed by its divergence.
     await browser.evaluate(f"document.querySelector('#run-{run} button[data-action=end]').click()")
     await browser.wait_for(f"document.querySelector('#run-{run}').dataset.ended === 'true'")
-    await browser.wait_for(f"document.querySelector('#run-{run} .verdict').innerText.includes('replayed as recorded')")
+    await browser.wait_for(f"document.querySelector('#run-{run} .verdict').innerText === '1 problem'")
+    assert "diverged: session session.jsonl" in await browser.text(f"#run-{run} .problems")
 
 
 async def test_reset_from_the_page_starts_the_run_over_at_the_same_address(

@@ -212,7 +212,9 @@ def test_a_throwaway_project_uses_the_installed_plugin(installed: Installed, tmp
     unconsumed run and the call past the end fail at teardown, each naming what happened."""
     for name in ("tool-loop", "fork-child", "text-turn"):
         shutil.copytree(ROOT / "recordings" / name, tmp_path / "trees" / name)
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmockllm_recordings = trees\naddopts = --strict-markers\n")
+    # A stand-in prompt ("go"): divergences are reported, not failed.
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\nmockllm_recordings = trees\nmockllm_divergence = warn\naddopts = --strict-markers\n")
     (tmp_path / "test_agent.py").write_text(THROWAWAY_TESTS)
     result = subprocess.run([str(installed.python), "-m", "pytest", "-p", "no:asyncio", "-p", "no:cacheprovider"],
                             cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120)

@@ -29,7 +29,7 @@ def test_passes(mockllm_run):
 
 def test_a_failing_run_leaves_its_report_under_the_cache_folder_and_the_failure_names_it(
         pytester: pytest.Pytester) -> None:
-    make_ini(pytester, f"mockllm_recordings = {RECORDINGS}")
+    make_ini(pytester, f"mockllm_recordings = {RECORDINGS}", "mockllm_divergence = warn")  # a stand-in prompt
     pytester.makepyfile(TESTS)
     result = pytester.runpytest()
     result.assert_outcomes(passed=2, failed=1, errors=1)
@@ -45,7 +45,8 @@ def test_a_failing_run_leaves_its_report_under_the_cache_folder_and_the_failure_
 
 
 def test_the_flag_and_the_ini_option_choose_the_folder(pytester: pytest.Pytester) -> None:
-    make_ini(pytester, f"mockllm_recordings = {RECORDINGS}", "mockllm_report_dir = out/reports")
+    make_ini(pytester, f"mockllm_recordings = {RECORDINGS}", "mockllm_report_dir = out/reports",
+             "mockllm_divergence = warn")
     pytester.makepyfile(TESTS)
     pytester.runpytest("-p", "no:cacheprovider", "-k", "stops_early")
     assert len(list((pytester.path / "out" / "reports").glob("*.html"))) == 1

@@ -66,3 +66,13 @@ def test_record_takes_session_header_as_serve_does(monkeypatch):
     assert main(["record", "--upstream", "http://127.0.0.1:9/v1", "--out", "out", "--session-header", "X-Agent-Id",
                  "--session-header", "x-team"]) == 0
     assert given[0].session_headers == ("X-Agent-Id", "x-team")
+
+
+def test_record_takes_side_routes_and_the_agents_folder(monkeypatch):
+    """`--side-route MODEL` (repeatable; a model, not serve's MODEL=FILE: record writes the file) and
+    `--cwd DIR` (written as {{cwd}}) reach the recorder (test_record_lineage: what it does with them)."""
+    given: list[RecordOptions] = []
+    monkeypatch.setattr("mockllm.record.command.record_forever", lambda options: given.append(options) or 0)
+    assert main(["record", "--upstream", "http://127.0.0.1:9/v1", "--out", "out", "--side-route", "claude-haiku-4-5",
+                 "--side-route", "warmup", "--cwd", "/home/dev/app"]) == 0
+    assert (given[0].side_routes, given[0].cwd) == (("claude-haiku-4-5", "warmup"), "/home/dev/app")

@@ -28,7 +28,7 @@ from mockllm.wire import DEFAULT
 from tests.logbuilder import fork_tree, text_call
 
 REPORT_KEYS = ["run", "scenario", "consumed", "failures", "failures_more", "sessions", "divergences",
-               "diverged_calls", "side_routes", "held", "pacing", "faults"]
+               "diverged_calls", "side_routes", "held", "pacing", "faults", "notices", "divergence"]
 STATE_KEYS = [*REPORT_KEYS, "cwd", "settings", "holding", "bindings", "cursors", "journal", "journal_dropped"]
 
 
@@ -96,8 +96,9 @@ def test_the_failing_words_are_the_same_on_both_sides(tree: Path) -> None:
 
 
 def test_divergences_holds_and_pacing_notes(tree: Path) -> None:
-    run = new_run(tree, bind="content")
-    run.take("agent", DEFAULT.decode_request(b'{"messages": [{"role": "user", "content": "bye"}]}'))
+    run = new_run(tree)
+    request = DEFAULT.decode_request(b'{"messages": [{"role": "user", "content": "bye"}]}')
+    run.answer("agent", request, DEFAULT, (), b"{}")  # no script's first inputs match: bound by arrival
     # As the server notes them: a hang that names no ready file, one that does.
     run.held += [{"session": "agent", "script": "session.jsonl", "call": 1},
                  {"session": "x", "script": "session.1.jsonl", "call": 0, "ready_file": "ready",
@@ -107,7 +108,8 @@ def test_divergences_holds_and_pacing_notes(tree: Path) -> None:
 
     (divergence,) = report.divergences
     assert (divergence.kind, divergence.session, divergence.live_id, divergence.call) == (
-        "binding", "session.jsonl", "agent", 0)
+        "input", "session.jsonl", "agent", 0)
+    assert [(n.kind, n.session) for n in report.notices] == [("bound_by_arrival", "session.jsonl")]
     assert (divergence.expected, divergence.got) == ("hello", "bye")
     assert report.diverged_calls == 1
     # A ready file's keys appear only on the hang that has one.
@@ -127,7 +129,7 @@ def test_the_live_state_is_the_report_then_the_run(tree: Path) -> None:
 
     assert list(body) == STATE_KEYS
     assert body["settings"] == {"pace": "burst", "speed": 1.0, "strict": False, "ignore_input": ["\\d+"],
-                                "bind": "order"}
+                                "bind": "content", "normalize": True, "divergence": "fail"}
     assert (body["cwd"], body["holding"], body["bindings"], body["cursors"]) == ("/w", 0, {"agent": "p"},
                                                                                  {"agent": 1})
     assert body["journal"][0]["headers"] == {"x-note": "n"}

@@ -61,25 +61,38 @@ def test_a_recorded_id_binds_to_its_session_and_each_cursor_moves_on_its_own(two
 
 
 def test_fresh_ids_bind_in_first_call_order_under_bind_order(two: Run) -> None:
-    assert served_text(ask(two, "second", "task of c")) == "P0"  # the first script, whatever it asks
-    assert served_text(ask(two, "first", "task of p")) == "C0"
+    run = Run("r", two.scenario, RunSettings(bind="order"))
+    assert served_text(ask(run, "second", "task of c")) == "P0"  # the first script, whatever it asks
+    assert served_text(ask(run, "first", "task of p")) == "C0"
 
 
-def test_content_binding_follows_the_first_inputs_whatever_the_arrival_order(tmp_path: Path) -> None:
+def test_content_binding_is_the_default_and_follows_the_first_inputs_whatever_the_arrival_order(
+        tmp_path: Path) -> None:
     scenario = load_scenario(write_sessions(tmp_path / "two", {
         "p": [text_call("P0")], "c1": [text_call("C1")], "c2": [text_call("C2")]}))
-    run = Run("r", scenario, RunSettings(bind="content"))
+    run = Run("r", scenario)
     assert served_text(ask(run, "late", "task of c2")) == "C2"
     assert served_text(ask(run, "early", "task of c1")) == "C1"
     assert served_text(ask(run, "lead", "task of p")) == "P0"
-    assert not run.divergences
+    run.review_pending()
+    assert not run.divergences and not run.notices
 
 
-def test_content_binding_with_no_match_falls_back_to_order_and_says_so(two: Run) -> None:
-    run = Run("r", two.scenario, RunSettings(bind="content"))
-    assert served_text(ask(run, "x", "something never recorded")) == "P0"
-    (divergence,) = run.divergences.values()
-    assert divergence.kind == "binding" and "first-call order" in divergence.what
+def test_twins_bind_among_themselves_in_recorded_order(tmp_path: Path) -> None:
+    scenario = load_scenario(write_sessions(tmp_path / "twins", {
+        "p": [text_call("P0")], "a": [text_call("A0")], "b": [text_call("B0")]}))
+    for session in scenario.sessions[1:]:  # both children were asked the same
+        session.inputs[0] = scenario.sessions[1].inputs[0]
+    run = Run("r", scenario)
+    assert [served_text(ask(run, live, "task of a")) for live in ("x", "y")] == ["A0", "B0"]
+
+
+def test_content_binding_with_no_match_falls_back_to_order_and_notes_it(two: Run) -> None:
+    assert served_text(ask(two, "x", "something never recorded")) == "P0"
+    (notice,) = two.notices
+    assert notice.kind == "bound_by_arrival" and "first-call order" in notice.message
+    two.review_pending()  # and the difference itself is a divergence of its first call
+    assert two.divergences[0].what == "the last user message"
 
 
 def test_the_journal_record_says_what_was_served(two: Run) -> None:

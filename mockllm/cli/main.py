@@ -60,6 +60,12 @@ def _add_record(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     record.add_argument("--redact", action="append", default=[], metavar="REGEX",
                         help="mask matches in every recorded string (repeatable)")
     add_arguments(record, only=RECORD_SERVE_OPTIONS)
+    # Not serve's --side-route MODEL=FILE nor serve's --cwd: record writes the file and the placeholder.
+    record.add_argument("--side-route", dest="record_side_routes", action="append", default=[], metavar="MODEL",
+                        help="write MODEL's calls as a side route's script (side.MODEL.json, declared in "
+                             "mockllm.json), not as sessions: a title model, warm-ups (repeatable)")
+    record.add_argument("--cwd", dest="record_cwd", metavar="DIR",
+                        help="the agent's working folder: written as {{cwd}} in recorded strings, as dsh does")
     record.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
 
 
@@ -74,7 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return record_forever(RecordOptions(args.upstream, args.out, pack=args.pack, redact=tuple(args.redact),
                                             host=args.host, port=args.port, log_level=args.log_level,
-                                            session_headers=tuple(args.session_headers)))
+                                            session_headers=tuple(args.session_headers),
+                                            side_routes=tuple(args.record_side_routes), cwd=args.record_cwd))
     if args.verb == "inspect":
         from mockllm.cli.tree_view import run_inspect
 

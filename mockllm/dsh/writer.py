@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -209,6 +210,11 @@ class SessionWriter:
 
     Packing (`pack=True`) works per batch: a packed run never spans two calls anyway, since its
     members share one (turn, step) and one block.
+
+    A recorder that learns a session's place in its tree only at the end (record mode infers
+    lineage from what later requests carry) closes it under another name and header:
+    `close(path=…, header=…)`. The log is then written anew there (`<name>.finishing`, fsync'd,
+    renamed) and the partial file removed, so every named log is still complete.
     """
 
     def __init__(self, path: Path, header: SessionHeader, *, pack: bool = False) -> None:
@@ -226,7 +232,8 @@ class SessionWriter:
                 f"{self.partial}: a crashed recording was left here; salvage it with "
                 "mockllm.dsh.writer.recover() or delete it") from None
         self._abandoned = False
-        self._write(encode_header(header) + b"\n")
+        self._header = encode_header(header)
+        self._write(self._header + b"\n")
         _fsync_dir(self.partial.parent)  # the partial file's name must survive a crash too
 
     def append(self, events: Sequence[EventLike]) -> None:
@@ -237,14 +244,24 @@ class SessionWriter:
             self._write(encode_rows(events, pack=self.pack))
             self.events_written += len(events)
 
-    def close(self) -> Path:
-        """End the recording: the log takes its name. Closing again does nothing."""
+    def close(self, *, path: Path | None = None, header: SessionHeader | None = None) -> Path:
+        """End the recording: the log takes its name, or `path` with line 0 replaced by `header` when
+        either is given and differs. Closing again does nothing."""
         if self._abandoned:
             raise WriterClosed(f"{self.partial}: the recording was abandoned and may be torn; see recover()")
-        if not self._file.closed:
-            self._file.close()
+        if self._file.closed:
+            return self.path
+        self._file.close()
+        target = path or self.path
+        line = encode_header(header) if header is not None else self._header
+        if target == self.path and line == self._header:
             os.replace(self.partial, self.path)
-            _fsync_dir(self.path.parent)
+        else:
+            if target.exists():
+                raise AlreadyRecorded(f"{target}: a session log is already recorded there; not replacing it")
+            _rewrite(self.partial, target, line)
+            self.path = target
+        _fsync_dir(self.path.parent)
         return self.path
 
     def abandon(self) -> None:
@@ -272,6 +289,23 @@ class SessionWriter:
             # Part of the batch may be in the file (a full disk, an interrupt): it must not be named.
             self.abandon()
             raise
+
+
+def _rewrite(partial: Path, target: Path, header_line: bytes) -> None:
+    """`partial`'s body under a new header line, as `target`; then `partial` is removed.
+
+    Through `<target>.finishing` (never a `.partial` name: another session's log being recorded
+    may hold that one), so that `target` appears only complete. Copied in blocks: a log may be large.
+    """
+    finishing = target.with_name(target.name + ".finishing")
+    with partial.open("rb") as source, finishing.open("wb") as out:
+        source.readline()  # the old header
+        out.write(header_line + b"\n")
+        shutil.copyfileobj(source, out, 1 << 20)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(finishing, target)
+    partial.unlink()
 
 
 def recover(partial: Path) -> Path:

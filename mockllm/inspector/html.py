@@ -102,7 +102,8 @@ def run_html(view: RunView, *, body_url: BodyUrl | None = None, actions: bool = 
     if state.diverged_calls and not problems:  # served, but not as recorded: say so beside the verdict
         verdict, tone = f"{verdict}; {plural(state.diverged_calls, 'call')} diverged", "warn"
     settings = state.settings
-    facts = f"bind {settings.bind} · pace {settings.pace} · strict {'on' if settings.strict else 'off'}"
+    facts = (f"bind {settings.bind} · divergence {settings.divergence} · pace {settings.pace} · "
+             f"strict {'on' if settings.strict else 'off'}")
     # The live page's links and buttons; a report file read offline has no server to ask.
     buttons = "" if not actions else f'<a href="/_mockllm/runs/{esc(run)}/report.html">report.html</a>'
     if actions and not view.ended:
@@ -188,10 +189,12 @@ def lane_html(view: RunView, lane: Lane, depth: int) -> str:
 
 
 def extras_html(view: RunView) -> str:
-    """Faults served, held calls, pacing notes and failures counted past the kept ones, if any."""
+    """Faults served, held calls, notes, pacing notes and failures counted past the kept ones, if any."""
     state = view.state
     rows = [f"fault at {esc(f.file)} call {f.call + 1} (live id {esc(f.session)}): {esc(f.fault)}"
             for f in state.faults]
+    rows += [f"note: {esc(n.session)} call {n.call + 1} (live id {esc(n.live_id)}): {esc(n.message)}"
+             for n in state.notices]
     rows += [f"held open: {esc(h.script)} call {h.call + 1} (live id {esc(h.session)})" for h in state.held]
     rows += [f"pacing: {esc(p.file)} call {p.call + 1} served {esc(p.served)}: {esc(p.note)}" for p in state.pacing]
     rows += [f"{n} more failures {esc(code)} (counted, not kept)" for code, n in state.failures_more.items()]

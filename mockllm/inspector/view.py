@@ -91,7 +91,7 @@ def bound_how(session: SessionReport, state: RunState) -> str:
         return "not bound" if session.entries else "never calls (no model calls recorded)"
     if session.live_id == session.id:
         return "by its recorded id"
-    if any(d.kind == "binding" and d.session == session.file for d in state.divergences):
+    if any(n.kind == "bound_by_arrival" and n.session == session.file for n in state.notices):
         return "in first-call order: no session's first recorded call matched its first request"
     if state.settings.bind == "content":
         return "by content: its first request matched"

@@ -29,6 +29,10 @@ class ObservedCall:
     starts_turn: bool
     started: int  # epoch ms the request arrived
     chunks: list[TimedChunk] = field(default_factory=list)
+    # The request's place in the order requests reached the recorder (ms can tie; this cannot):
+    # sessions are numbered, and lineage is read, by it.
+    arrival: int = 0
+    offers_tools: bool = False  # the request offered tools (a title call offers none)
 
     @property
     def ended(self) -> int:
@@ -51,9 +55,10 @@ class ObservedCall:
         return any(b.type == "tool-call" for b in self.blocks()) or (finish is not None and finish.kind == "tool-calls")
 
 
-def observe(messages: list[Message], started: int) -> ObservedCall:
+def observe(messages: list[Message], started: int, *, arrival: int = 0, offers_tools: bool = False) -> ObservedCall:
     """A call about to be made with `messages` (the whole conversation, or only its messages after
     the last assistant message, `Request.tail`: either gives the same): its new inputs and whether
     it starts a turn."""
     tail = messages_after_last_assistant(messages)
-    return ObservedCall(live_inputs(tail), bool(tail) and tail[-1].role == "user", started)
+    return ObservedCall(live_inputs(tail), bool(tail) and tail[-1].role == "user", started, arrival=arrival,
+                        offers_tools=offers_tools)

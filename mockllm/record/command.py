@@ -1,7 +1,9 @@
 """Record mode: a proxy in front of a real upstream that writes what it saw as a dsh v0 session tree.
 
-`proxy` forwards and streams; `tree` owns the sessions, lineage and logs; `events` maps one call
-to its rows; `call` is what the proxy saw of a call; `redact` masks secrets. This module runs it:
+`proxy` forwards and streams; `tree` owns the sessions and logs; `lineage` decides the tree's
+shape from what the requests showed (its docstring holds the rule); `side` writes `--side-route`
+models' calls as side routes; `events` maps one call to its rows; `call` is what the proxy saw of a
+call; `redact` masks secrets and writes `{{cwd}}`. This module runs it:
 in-process (tests, benchmarks) or as `mockllm record` until interrupted, started and stopped as
 the replay server is (`server.listen`). Either way the tree is finished on the way out: every log
 closed (its `.partial` renamed) and the sidecar written, so an interrupted recording is a valid tree.
@@ -36,9 +38,11 @@ class RecordOptions:
     port: int = 8080
     log_level: str = "warning"
     session_headers: tuple[str, ...] = ()  # besides the built-in ones (`--session-header`), as replay reads them
+    side_routes: tuple[str, ...] = ()  # models whose calls are written as side routes, not sessions (`--side-route`)
+    cwd: str | None = None  # the agent's working folder, written as `{{cwd}}` (`--cwd`)
 
     def __post_init__(self) -> None:
-        for name in ("redact", "session_headers"):
+        for name in ("redact", "session_headers", "side_routes"):
             object.__setattr__(self, name, items(getattr(self, name)))
 
 
@@ -64,7 +68,8 @@ async def start_recorder(options: RecordOptions) -> RunningRecorder:
     """Start the proxy on the running loop (`port=0`: a free port). Raises a RecordError for what is
     asked of it (AlreadyRecorded if `out` already holds a recording, BadRedaction for a bad `--redact`
     pattern) and CannotListen (an OSError) for an address that cannot be bound."""
-    tree = SessionTree(options.out, pack=options.pack, redactor=Redactor(options.redact))
+    tree = SessionTree(options.out, pack=options.pack, redactor=Redactor(options.redact, cwd=options.cwd),
+                       side_routes=options.side_routes, cwd=bool(options.cwd))
     # No read timeout: an answer may stream (or be held) for as long as the upstream takes.
     client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
                                    auto_decompress=True)
@@ -99,5 +104,6 @@ async def _record(options: RecordOptions) -> None:
     try:
         await serve_until_signalled(recorder, banner)
     finally:
-        sessions = ", ".join(s.file for s in recorder.tree.sessions.values()) or "no sessions"
+        tree = recorder.tree
+        sessions = ", ".join([*(s.file for s in tree.sessions.values()), *tree.side.files]) or "no sessions"
         print(f"mockllm stopped; recorded {sessions} in {options.out}", flush=True)

@@ -30,7 +30,7 @@ from multidict import CIMultiDict
 from mockllm.dsh.chunks import Failure, FinishChunk, FinishReason
 from mockllm.errors import RequestError
 from mockllm.record.call import ObservedCall, TimedChunk, observe
-from mockllm.record.tree import Failed, Lineage, SessionTree
+from mockllm.record.tree import Caller, Failed, Lineage, SessionTree
 from mockllm.replay.conversations import ConversationIndex
 from mockllm.replay.routing import calling_session, header_session
 from mockllm.wire import DEFAULT, DIALECTS
@@ -84,6 +84,10 @@ class Recorder:
                 log.warning("%s: not recorded: %s", request.path, exc)
         url = self.upstream + request.path_qs[len("/v1"):]
         started = now_ms()
+        # Routed and numbered as it arrives, before it is forwarded: the order answers end in must
+        # not decide which session a request joins, nor the order of sessions in the tree.
+        target = None if neutral is None else (self._caller(request.headers, neutral), observe(
+            neutral.tail, started, arrival=self.tree.arrived(), offers_tools=_offers_tools(neutral)))
         try:
             upstream = await self.client.request(request.method, url, data=body, headers=_forwarded(request.headers))
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
@@ -95,34 +99,40 @@ class Recorder:
             return web.Response(status=502, body=error, content_type="application/json",
                                 headers={"x-should-retry": "false"})
         async with upstream:
-            if dialect is None or neutral is None:
+            if dialect is None or neutral is None or target is None:
                 return await _relay(request, upstream)
-            session = self.session_of(request.headers, neutral)
-            lineage = Lineage(request.headers.get(PARENT_HEADER) or None,
-                              request.headers.get(FORK_HEADER, "").strip().lower() in ("true", "1", "yes"))
-            call = observe(neutral.tail, started)
+            caller, call = target
             if upstream.status >= 400:
                 response = await _relay(request, upstream)
                 failed = _failure(upstream.status, response.body if isinstance(response.body, bytes) else b"")
-                self.tree.record_failure(session, lineage, call, failed)
+                self.tree.record_failure(caller, call, failed)
                 return response
             if neutral.stream and upstream.content_type == "text/event-stream":
-                return await self._stream(request, upstream, dialect, session, lineage, call)
+                return await self._stream(request, upstream, dialect, caller, call)
             response = await _relay(request, upstream)
             events = dialect.body_events(response.body if isinstance(response.body, bytes) else b"")
             if events is None:
-                log.warning("session %s: a %s reply that is not a stream was forwarded but not recorded",
-                            session, dialect.name)
+                log.warning("%s: a %s reply that is not a stream was forwarded but not recorded",
+                            _named(caller), dialect.name)
                 return response
             decoder = dialect.stream_decoder()
             end = now_ms()
-            self._decode(decoder, events, call, end, session)
+            self._decode(decoder, events, call, end, caller)
             call.chunks.extend(TimedChunk(end, c) for c in decoder.close())
-            self.tree.record(session, lineage, call)
+            self.tree.record(caller, call)
             return response
 
+    def _caller(self, headers: Mapping[str, str], request: Request) -> Caller:
+        """A `--side-route` model's side route (no session routing at all, as replay serves it), else
+        the calling session and what its headers say of its lineage."""
+        if request.model is not None and request.model in self.tree.side:
+            return Caller(side_route=request.model)
+        lineage = Lineage(headers.get(PARENT_HEADER) or None,
+                          headers.get(FORK_HEADER, "").strip().lower() in ("true", "1", "yes"))
+        return Caller(self.session_of(headers, request), lineage)
+
     async def _stream(self, request: web.Request, upstream: aiohttp.ClientResponse, dialect: Dialect,
-                      session: str, lineage: Lineage, call: ObservedCall) -> web.StreamResponse:
+                      caller: Caller, call: ObservedCall) -> web.StreamResponse:
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
                                       headers=_returned(upstream.headers))
         decoder = dialect.stream_decoder()
@@ -132,7 +142,7 @@ class Recorder:
             await response.prepare(request)
             async for piece in upstream.content.iter_any():
                 await response.write(piece)  # first: the client never waits for the recorder
-                self._decode(decoder, reader.feed(piece), call, now_ms(), session)
+                self._decode(decoder, reader.feed(piece), call, now_ms(), caller)
             await response.write_eof()
         except (asyncio.CancelledError, ConnectionResetError):
             outcome = "aborted"  # the client went away mid-answer, as when an agent cancels
@@ -141,7 +151,7 @@ class Recorder:
             outcome = "cut"  # the upstream broke off; the client sees the same cut
         finally:
             end = now_ms()
-            self._decode(decoder, reader.close(), call, end, session)
+            self._decode(decoder, reader.close(), call, end, caller)
             closing = decoder.close()
             if outcome == "aborted":
                 closing[-1] = FinishChunk(FinishReason("aborted"))
@@ -149,22 +159,34 @@ class Recorder:
             finish = call.finish
             if finish is not None and finish.kind == "error" and outcome != "aborted":
                 failure = finish.failure or Failure(finish.message, finish.code)
-                self.tree.record_cut(session, lineage, call, failure)
+                self.tree.record_cut(caller, call, failure)
             else:
-                self.tree.record(session, lineage, call)
+                self.tree.record(caller, call)
         return response
 
     def _decode(self, decoder: StreamDecoder, events: Iterable[Event], call: ObservedCall, at: int,
-                session: str) -> None:
+                caller: Caller) -> None:
         for name, data in events:
             try:
                 chunks = decoder.feed(name, data)
             except (msgspec.DecodeError, ValueError, TypeError, AttributeError) as exc:
-                log.warning("session %s: an upstream event could not be read and is not recorded: %s", session, exc)
+                log.warning("%s: an upstream event could not be read and is not recorded: %s", _named(caller), exc)
                 continue
             call.chunks.extend(TimedChunk(at, c) for c in chunks)
-        if decoder.reply_id is not None:  # a later header-less request may continue it by id
-            self._replies[decoder.reply_id] = session
+        if decoder.reply_id is not None and caller.side_route is None:  # a later request may continue it by id
+            self._replies[decoder.reply_id] = caller.session
+
+
+def _offers_tools(request: Request) -> bool:
+    """Whether the request offers any tool, without decoding its (often large) tool definitions."""
+    raw = request.raw_tools
+    if isinstance(raw, msgspec.Raw):
+        return b"".join(bytes(raw).split()) not in (b"", b"[]", b"null")
+    return bool(raw)
+
+
+def _named(caller: Caller) -> str:
+    return f"side route {caller.side_route}" if caller.side_route is not None else f"session {caller.session}"
 
 
 def _forwarded(headers: Mapping[str, str]) -> CIMultiDict[str]:

@@ -1,10 +1,12 @@
 """Binding: which recorded session's script a live session replays.
 
 A live session (named by a request header, or found by its conversation) binds on its first call:
-to the script with the same recorded id if there is one; else, under `--bind content`, to the
-first unbound script whose recorded first inputs match its request (twins, with equal first
-inputs, bind among themselves in script order); else to the next unbound script in script order
-(first-call order, as dsh binds). Each binding then has its own cursor.
+to the script with the same recorded id if there is one; else, under `--bind content` (the
+default), to the first unbound script whose recorded first inputs match its request, so
+concurrent subagents bind right whatever order they start in (twins, with equal first inputs,
+bind among themselves in script order: the order their first calls were recorded); else to the
+next unbound script in script order (first-call order, as dsh binds), and the run's report notes
+that it was bound by arrival for want of a match. Each binding then has its own cursor.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from mockllm.options import RunSettings
-from mockllm.replay.divergence import Divergence, compare_inputs, first_mismatch, live_inputs
+from mockllm.replay.divergence import Comparison, compare, live_inputs
 from mockllm.scenario.load import Scenario
 from mockllm.wire.dialect import Request
 
@@ -57,39 +59,31 @@ class Bindings:
         binding = self.by_live_id.get(live_id)
         return self.scenario.sessions[binding.script].file if binding is not None else None
 
-    def choose(self, live_id: str, request: Request | None,
-               settings: RunSettings) -> tuple[int | None, Divergence | None]:
+    def choose(self, live_id: str, request: Request | None, settings: RunSettings) -> tuple[int | None, bool]:
         """The script a new live session binds to (None: every script with entries is bound), and
-        the divergence when content binding found no match."""
+        whether content binding found no match and fell back to first-call order."""
         sessions = self.scenario.sessions
         chosen = next((i for i, s in enumerate(sessions) if s.id == live_id and i not in self._by_script), None)
         if chosen is not None:
-            return chosen, None
+            return chosen, False
         # Sessions recorded with no model calls never call, so they take no place in first-call order.
         first = next((i for i, s in enumerate(sessions) if i not in self._by_script and s.entries), None)
-        divergence = None
-        if settings.bind == "content" and request is not None and first is not None:
-            chosen, divergence = self._by_content(live_id, request, first, settings)
-        return (first if chosen is None else chosen), divergence
+        if settings.bind != "content" or request is None or first is None:
+            return first, False
+        chosen = self._by_content(request, first, settings)
+        return (first, True) if chosen is None else (chosen, False)
 
-    def _by_content(self, live_id: str, request: Request, first: int,
-                    settings: RunSettings) -> tuple[int | None, Divergence | None]:
-        """The first unbound script whose first recorded inputs match the request's; else no script,
-        and the divergence from `first`, the script first-call order binds instead."""
+    def _by_content(self, request: Request, first: int, settings: RunSettings) -> int | None:
+        """The first unbound script from `first` on whose first recorded inputs match the request's."""
         sessions = self.scenario.sessions
         live = live_inputs(request.tail)
         for i in range(first, len(sessions)):
             recorded = sessions[i].inputs[0] if sessions[i].inputs else None
+            how = Comparison(settings.masks, settings.cwd, self.scenario.model_ids(i))
             if (i not in self._by_script and sessions[i].entries and recorded
-                    and first_mismatch(recorded.items, live, masks=settings.masks, cwd=settings.cwd) is None):
-                return i, None
-        first_recorded = sessions[first].inputs[0] if sessions[first].inputs else None
-        first_inputs = first_recorded.items if first_recorded else ()
-        what, expected, got, diff = compare_inputs(first_inputs, live, masks=settings.masks, cwd=settings.cwd) or (
-            "its first request", "", "", "")
-        return None, Divergence("binding", sessions[first].file, live_id, 0,
-                                f"{what} (no unbound session's first recorded call matches it; bound in "
-                                "first-call order)", expected, got, diff)
+                    and compare(recorded.items, live, how) is None):
+                return i
+        return None
 
     def continued(self, reply: tuple[int, int] | None) -> Binding | None:
         """The session a request continuing reply (script, call) belongs to, if it is a step of its chain.

@@ -3,10 +3,12 @@
 Each recorded call keeps its recorded inputs (`inputs.Input`: the user messages and tool results
 the agent sent since its previous call). A live request's new inputs are its user and tool
 messages after its last assistant message, in the neutral form conversation routing uses. The two
-are compared in order after masking volatile spans (`--ignore-input REGEX`: a timestamp, a temp
-path) on both sides and putting the run's `cwd` for `{{cwd}}` in the recorded side. A served entry
-that calls a tool the request does not offer is a divergence too. A report names the session, the
-call, which input, what was expected and what came, and a short diff.
+are compared (`compare`: user messages in order, tool results by the id of the call they answer)
+after masking volatile spans on both sides (`normalize.py`: the run's `--ignore-input REGEX` and
+the built-in UUIDs, dates, durations, temp folders) and putting the run's `cwd` for `{{cwd}}` in
+the recorded side. A served entry that calls a tool the request does not offer is a divergence
+too. A report names the session, the call, which input, what was expected and what came, and a
+short diff of the masked texts.
 
 A call recorded with no inputs of its own (a provider retry inside one step, a compaction call)
 is not compared: its request repeats or replaces the previous one, which the recording does not
@@ -15,16 +17,15 @@ hold.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
+from mockllm.replay.normalize import Mask, masked
 from mockllm.script.inputs import Input
 from mockllm.script.templates import CWD
 from mockllm.wire.dialect import Message
 
 SHOWN = 160  # characters of expected/got a report shows
-MASK = "<ignored>"
 
 
 class Divergence(NamedTuple):
@@ -56,66 +57,86 @@ def live_inputs(tail: Iterable[Message]) -> list[Input]:
     return out
 
 
-def masked(text: str, masks: Sequence[re.Pattern[str]]) -> str:
-    for mask in masks:
-        text = mask.sub(MASK, text)
-    return text
+class Comparison(NamedTuple):
+    """How a run compares: its masks, its cwd (for `{{cwd}}` in recorded texts), and the ids of the
+    tool calls the recorded model made in the session (results for other ids are framework-made)."""
+
+    masks: tuple[Mask, ...] = ()
+    cwd: str | None = None
+    model_ids: frozenset[str] = frozenset()
 
 
-def first_mismatch(recorded: Sequence[Input], live: Sequence[Input], *, masks: Sequence[re.Pattern[str]] = (),
-                   cwd: str | None = None) -> int | None:
-    """The index of the first input that differs, or None when they agree (the cheap check that
-    runs on every request; `describe_mismatch` says how, when a report needs it)."""
-    for number in range(max(len(recorded), len(live))):
-        if number >= len(recorded) or number >= len(live) or not _same(recorded[number], live[number], masks, cwd):
-            return number
+class Mismatch(NamedTuple):
+    """The first input that differs: how a report names it, and the two sides (None: absent)."""
+
+    what: str
+    want: Input | None
+    have: Input | None
+
+
+def compare(recorded: Sequence[Input], live: Sequence[Input], how: Comparison) -> Mismatch | None:
+    """The first input that differs, or None when they agree (the cheap check; `describe` says how).
+
+    User messages are compared in order. Tool results for calls the recorded model made are
+    matched by tool-call id, as a set: parallel tool calls finish in any order, and the replay
+    served the recorded ids. Results for ids the model never made (a framework's own hand-back
+    call, with a fresh id every run) are matched among themselves by position, ids ignored.
+    """
+    users = [i for i in recorded if i.role == "user"], [i for i in live if i.role == "user"]
+    for number in range(max(len(users[0]), len(users[1]))):
+        want = users[0][number] if number < len(users[0]) else None
+        have = users[1][number] if number < len(users[1]) else None
+        if want is None or have is None or not _same_text(want, have, how):
+            return Mismatch(_user_name(number, len(users[0] or users[1])), want, have)
+    ours = {i.tool_call_id: i for i in live if i.role == "tool" and i.tool_call_id in how.model_ids}
+    for want in recorded:
+        if want.role == "tool" and want.tool_call_id in how.model_ids:
+            have = ours.pop(want.tool_call_id, None)
+            if have is None or not _same_text(want, have, how):
+                return Mismatch(want.describe(), want, have)
+    for have in ours.values():  # a result for a model call the recording answered no result for
+        return Mismatch(have.describe(), None, have)
+    theirs = ([i for i in recorded if i.role == "tool" and i.tool_call_id not in how.model_ids],
+              [i for i in live if i.role == "tool" and i.tool_call_id not in how.model_ids])
+    for number in range(max(len(theirs[0]), len(theirs[1]))):
+        want = theirs[0][number] if number < len(theirs[0]) else None
+        have = theirs[1][number] if number < len(theirs[1]) else None
+        if want is None or have is None or not _same_text(want, have, how):
+            return Mismatch(f"framework-made tool result {number + 1} (ids ignored)", want, have)
     return None
 
 
-def describe_mismatch(recorded: Sequence[Input], live: Sequence[Input], number: int,
-                      cwd: str | None = None) -> tuple[str, str, str, str]:
-    """(which input, expected, got, diff) for the mismatch at `number`."""
-    want = recorded[number] if number < len(recorded) else None
-    have = live[number] if number < len(live) else None
-    if want is not None:
-        want = want._replace(text=_recorded_text(want, cwd))
-    expected = _shown(want) if want is not None else "(nothing more)"
-    got = _shown(have) if have is not None else "(nothing more)"
-    diff = short_diff(want.text, have.text) if want is not None and have is not None else ""
-    return input_name(recorded, live, number), expected, got, diff
+def framework_results(recorded: Sequence[Input], how: Comparison) -> int:
+    """How many recorded tool results answer calls the model never made (matched by position)."""
+    return sum(1 for i in recorded if i.role == "tool" and i.tool_call_id not in how.model_ids)
 
 
-def compare_inputs(recorded: Sequence[Input], live: Sequence[Input], *, masks: Sequence[re.Pattern[str]] = (),
-                   cwd: str | None = None) -> tuple[str, str, str, str] | None:
-    """(what, expected, got, diff) of the first input that differs, or None when they agree."""
-    number = first_mismatch(recorded, live, masks=masks, cwd=cwd)
-    return None if number is None else describe_mismatch(recorded, live, number, cwd)
+def describe(mismatch: Mismatch, how: Comparison) -> tuple[str, str, str, str]:
+    """(which input, expected, got, diff), on the masked texts: a masked span shows as its
+    placeholder, so the diff points at the real difference."""
+    want, have = mismatch.want, mismatch.have
+    want_text = masked(_recorded_text(want, how.cwd), how.masks) if want is not None else None
+    have_text = masked(have.text, how.masks) if have is not None else None
+    expected = _shown(want, want_text) if want is not None and want_text is not None else "(nothing more)"
+    got = _shown(have, have_text) if have is not None and have_text is not None else "(nothing more)"
+    diff = short_diff(want_text, have_text) if want_text is not None and have_text is not None else ""
+    return mismatch.what, expected, got, diff
 
 
-def _same(want: Input, have: Input, masks: Sequence[re.Pattern[str]], cwd: str | None) -> bool:
-    if want.role != have.role or (want.role == "tool" and want.tool_call_id != have.tool_call_id):
-        return False
-    return masked(_recorded_text(want, cwd), masks) == masked(have.text, masks)
+def _same_text(want: Input, have: Input, how: Comparison) -> bool:
+    return masked(_recorded_text(want, how.cwd), how.masks) == masked(have.text, how.masks)
 
 
 def _recorded_text(want: Input, cwd: str | None) -> str:
     return want.text.replace(CWD, cwd) if cwd is not None else want.text
 
 
-def input_name(recorded: Sequence[Input], live: Sequence[Input], number: int) -> str:
-    """How a report names input `number`: by what was recorded there, else by what came."""
-    inputs = recorded if number < len(recorded) else live
-    item = inputs[number]
-    if item.role == "tool":
-        return item.describe()
-    users = [n for n, i in enumerate(inputs) if i.role == "user"]
-    if users and number == users[-1]:
-        return "the last user message"
-    return f"user message {users.index(number) + 1} of {len(users)}" if number in users else f"input {number + 1}"
+def _user_name(number: int, count: int) -> str:
+    return "the last user message" if number == count - 1 else f"user message {number + 1} of {count}"
 
 
-def _shown(item: Input) -> str:
-    text = " ".join(item.text.split())
+def _shown(item: Input, text: str) -> str:
+    text = " ".join(text.split())
     text = text if len(text) <= SHOWN else text[: SHOWN - 1] + "…"
     return f"tool result for {item.tool_call_id}: {text}" if item.role == "tool" else text
 

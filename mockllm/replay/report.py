@@ -87,6 +87,17 @@ class FaultServed(msgspec.Struct, frozen=True):
     fault: str  # "status 429 retry-after 1s", "cut after 3 events", "delay 200 ms"
 
 
+class Notice(msgspec.Struct, frozen=True):
+    """Worth knowing, and fails nothing: a session bound by arrival for want of a match
+    (`bound_by_arrival`), framework-made tool-call ids matched by position (`framework_ids`)."""
+
+    kind: str
+    session: str  # the recorded session file
+    live_id: str
+    call: int
+    message: str
+
+
 class PacingNote(msgspec.Struct, frozen=True):
     """How pacing served a call it could not pace as asked (mockllm.replay.pacing)."""
 
@@ -113,6 +124,9 @@ class RunReport(msgspec.Struct, frozen=True):
     held: list[HeldCall] = []
     pacing: list[PacingNote] = []
     faults: list[FaultServed] = []
+    notices: list[Notice] = []
+    # Whether a divergence is a problem of the run ("fail", the default) or only reported ("warn").
+    divergence: str = "fail"
     # The server's whole answer, as the Python API received it: while a run is live it also holds
     # bindings, cursors and the journal. Unset (never encoded) in a report the server builds.
     state: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
@@ -128,8 +142,13 @@ class RunReport(msgspec.Struct, frozen=True):
         return [s for s in self.sessions if s.remaining > 0]
 
     def problems(self, *, require_consumed: bool = True) -> list[str]:
-        """What is wrong with the run, one line each; empty when it went as recorded."""
+        """What is wrong with the run, one line each; empty when it went as recorded. A diverged call
+        is one (unless the run's divergence policy is "warn"), with its diff."""
         out = [_failure_line(f, self._file_of(f.session)) for f in self.failures]
+        if self.divergence == "fail":
+            refused = {(f.session, f.call) for f in self.failures if f.code == "request_diverged"}
+            out += [f"diverged: {_divergence_line(d)}" for d in self.divergences
+                    if (d.live_id, d.call) not in refused]
         if require_consumed:
             out += [_unconsumed_line(s) for s in self.unconsumed]
             out += [f"unconsumed: side route {r.model!r} ({r.file}) served {r.served} of {r.entries}"
@@ -141,13 +160,21 @@ class RunReport(msgspec.Struct, frozen=True):
         problems = self.problems(require_consumed=require_consumed)
         head = f"mockllm run {self.run} of scenario {self.scenario!r}: "
         head += f"{len(problems)} problem(s)" if problems else "replayed as recorded"
+        if self.divergences and self.divergence == "fail":  # under "warn" they are listed below, and fail nothing
+            first = self.divergences[0]
+            head += (f"; {self.diverged_calls} call(s) differed from the recording, first {first.session} call "
+                     f"{first.call + 1} at {first.what}")
         lines = [head, *("  " + p for p in problems)]
         if self.divergences:  # why it went wrong, most often: where the agent's requests changed
-            lines.append("  where requests first differed from the recording:")
+            lines.append("  where requests first differed from the recording"
+                         + (" (divergence: warn, so this fails nothing):" if self.divergence == "warn" else ":"))
             lines += [f"    {_divergence_line(d)}" for d in self.divergences]
         if self.faults:
             lines.append(f"  faults served as asked: {len(self.faults)}")
             lines += [f"    {f.file} call {f.call + 1}: {f.fault}" for f in self.faults]
+        if self.notices:  # worth knowing, fails nothing
+            lines.append("  notes:")
+            lines += [f"    {n.session} (live id {n.live_id}) call {n.call + 1}: {n.message}" for n in self.notices]
         lines.append("  sessions (calls served / recorded):")
         lines += [f"    {_session_line(s)}" for s in self.sessions]
         return "\n".join(lines)
@@ -164,6 +191,8 @@ class RunSettingsReport(msgspec.Struct, frozen=True):
     strict: bool
     ignore_input: list[str]
     bind: str
+    normalize: bool = True
+    divergence: str = "fail"
 
 
 class RunState(RunReport, frozen=True, kw_only=True):
@@ -214,6 +243,8 @@ def build_report(run: Run) -> RunReport:
         held=[HeldCall(**held) for held in run.held],
         pacing=list(run.pacing.values()),
         faults=list(run.faults_served),
+        notices=list(run.notices),
+        divergence=run.settings.divergence,
     )
 
 
@@ -225,7 +256,7 @@ def build_state(run: Run, *, bodies: bool = True) -> RunState:
         **msgspec.structs.asdict(build_report(run)),
         cwd=run.cwd,
         settings=RunSettingsReport(settings.pace, settings.speed, settings.strict, list(settings.ignore_input),
-                                   settings.bind),
+                                   settings.bind, settings.normalize, settings.divergence),
         holding=run.holding,
         bindings={live: run.scenario.sessions[b.script].id for live, b in run.bindings.items()},
         cursors={live: b.cursor for live, b in run.bindings.items()},

@@ -32,18 +32,19 @@ from mockllm.replay.binding import Binding, Bindings
 from mockllm.replay.catalog import Catalog
 from mockllm.replay.conversations import ConversationIndex
 from mockllm.replay.divergence import (
+    Comparison,
     Divergence,
-    describe_mismatch,
-    first_mismatch,
-    input_name,
+    compare,
+    framework_results,
     live_inputs,
     tool_not_offered,
 )
+from mockllm.replay.divergence import describe as describe_mismatch
 from mockllm.replay.faults import Fault, FaultError, FaultPlan
 from mockllm.replay.journal import CallRecord, Failures, Journal, RawHeaders
 from mockllm.replay.outcome import HeldInfo, Hold, Outcome, Refusal, Stream, Whole
 from mockllm.replay.pacing import plan_pacing, untimed_reason
-from mockllm.replay.report import FaultServed, PacingNote
+from mockllm.replay.report import FaultServed, Notice, PacingNote
 from mockllm.replay.routing import calling_session
 from mockllm.scenario.load import Scenario, SessionScript
 from mockllm.script.entries import HangEntry
@@ -97,6 +98,9 @@ class Run:
     # (file, call) -> how pacing served that call when it could not pace it as asked.
     pacing: dict[tuple[str, int], PacingNote] = field(default_factory=dict)
     faults_served: list[FaultServed] = field(default_factory=list)  # each fault as it was served
+    # What is worth knowing but fails nothing: bound by arrival, framework-made ids matched by position.
+    notices: list[Notice] = field(default_factory=list)
+    _framework_noted: set[int] = field(default_factory=set)
     _bindings: Bindings = field(init=False)
     _faults: FaultPlan = field(init=False)
     _pending: list[tuple[Assignment, Request, CallRecord]] = field(default_factory=list)  # answered, not compared
@@ -220,9 +224,10 @@ class Run:
     @property
     def checks_first(self) -> bool:
         """Whether a request must be compared before it is answered: under strict (a diverged call is
-        refused) or content binding (the comparison picks the script). Otherwise the comparison
-        only reports, and `review_pending` runs it once the answer is on its way, off the client's wait."""
-        return self.settings.strict or self.settings.bind == "content"
+        refused). Otherwise the comparison only reports, and `review_pending` runs it once the answer
+        is on its way, off the client's wait (content binding compares a session's first request
+        with the scripts' first inputs when it binds, which is all it needs)."""
+        return self.settings.strict
 
     def take(self, live_id: str, request: Request | None = None, raw_headers: RawHeaders = (),
              body: bytes | None = None) -> Assignment:
@@ -242,13 +247,17 @@ class Run:
                 binding.retries += 1
                 session = self.scenario.sessions[binding.script]
                 return Assignment(binding.script, call, session, live_id, retry=True)
-        chosen: Divergence | None = None
         if binding is None:
-            script, chosen = self._bindings.choose(live_id, request, self.settings)
+            script, by_arrival = self._bindings.choose(live_id, request, self.settings)
             if script is None:
                 raise self.fail(ReplayFailure(404, "unrecorded_session", self._unrecorded(live_id, request),
                                               live_id, 0))
             cursor = 0
+            if by_arrival:
+                self.notices.append(Notice(
+                    "bound_by_arrival", self.scenario.sessions[script].file, live_id, 0,
+                    "no unbound session's first recorded call matches its first request: bound in first-call "
+                    "order"))
         else:
             script, cursor = binding.script, binding.cursor
         session = self.scenario.sessions[script]
@@ -257,15 +266,16 @@ class Run:
             binding.cursor += 1  # later calls are counted too, so the report shows how far over it went
             raise self.fail(ReplayFailure(410, "script_exhausted", self._exhausted(session, live_id, cursor),
                                           live_id, cursor))
-        divergence = chosen
-        if divergence is None and request is not None and self.checks_first:
+        divergence = None
+        if request is not None and self.checks_first:
             divergence = self._diverged(script, cursor, live_id, request)
         if divergence is not None:
             self._note(script, divergence)
             if self.settings.strict:
                 raise self.fail(ReplayFailure(
                     409, "request_diverged", divergence.message(self.id) + "; under strict the call is refused and "
-                    "the session's cursor stays where it was (mask volatile spans with --ignore-input REGEX)",
+                    "the session's cursor stays where it was (UUIDs, dates, durations and temp folders are masked "
+                    "already; mask other volatile spans with --ignore-input REGEX)",
                     live_id, cursor))
         binding = binding or self._bindings.bind(script, live_id)
         attempt, fault = self._faults.attempt(script, cursor)
@@ -344,13 +354,17 @@ class Run:
         inputs = session.inputs[call] if call < len(session.inputs) else None
         if inputs:  # a call recorded with no inputs of its own (a retry) is not compared
             recorded = inputs.items
-            live = live_inputs(request.tail)
-            cwd = self.settings.cwd
-            number = first_mismatch(recorded, live, masks=self.settings.masks, cwd=cwd)
-            if number is not None:
-                found = (describe_mismatch(recorded, live, number, cwd) if describe
-                         else (input_name(recorded, live, number), "", "", ""))
+            how = Comparison(self.settings.masks, self.settings.cwd, self.scenario.model_ids(script))
+            mismatch = compare(recorded, live_inputs(request.tail), how)
+            if mismatch is not None:
+                found = describe_mismatch(mismatch, how) if describe else (mismatch.what, "", "", "")
                 return Divergence("input", session.file, live_id, call, *found)
+            if script not in self._framework_noted and framework_results(recorded, how):
+                self._framework_noted.add(script)
+                self.notices.append(Notice(
+                    "framework_ids", session.file, live_id, call,
+                    "tool results for calls the recorded model never made (a framework's own) were matched by "
+                    "position among themselves, their ids ignored"))
         called = self.scenario.tools_called(script, call)
         if called:
             offered = request.offered_tools
@@ -392,6 +406,11 @@ class Run:
         bound = ", ".join(f"{sessions[b.script].file}<-{b.live_id}" for b in self._bindings) or "none"
         message = (f"run {self.id}: live session {live_id} is new, but every recorded session with model calls "
                    f"is already bound ({bound})")
+        if self.default and self.consumed:
+            return message + (f". This is scenario {self.scenario.name}'s default run, and it is spent: every "
+                              "recorded call was served already (the agent ran a second time against it). Start "
+                              f"over with DELETE /_mockllm/runs/{self.id} (the next request gets a fresh default "
+                              "run), or give each test its own run with POST /_mockllm/runs")
         if request is None or not self._conversations.owns(live_id):
             return message + ("; the agent started a session that was not recorded: re-record the scenario, or "
                               "send the recorded id in the x-mockllm-session header")

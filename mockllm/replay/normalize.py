@@ -1,0 +1,42 @@
+"""What real agents vary between runs, masked before a request is compared with its recording.
+
+Built in (on by default; `--normalize false` turns them off): UUIDs, long hex ids, ISO dates
+and times, durations in milliseconds and temporary folders. A run's own `--ignore-input REGEX`
+masks come first. Each kind of span becomes its own placeholder on both sides (`<uuid>`,
+`<datetime>`…; a user mask becomes `<ignored>`), so a report's expected / got / diff show where
+the masked spans were, and two texts that differ only there compare equal.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+Mask = tuple[re.Pattern[str], str]  # a pattern and what its matches become
+
+IGNORED = "<ignored>"
+
+BUILTIN: tuple[Mask, ...] = (
+    (re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"), "<uuid>"),
+    # An ISO 8601 date, with a time and zone if given; then a bare time of day.
+    (re.compile(r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b"),
+     "<datetime>"),
+    (re.compile(r"\b\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\b"), "<time>"),
+    # Hex ids of 12 or more digits with letters and digits both (a commit, a request id), not words or numbers.
+    (re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{12,}\b", re.IGNORECASE), "<hex>"),
+    (re.compile(r"\b\d+(?:\.\d+)?\s?ms\b"), "<ms>"),
+    # Temporary folders: /tmp/…, /var/folders/…/T/… (macOS), up to the next space or quote.
+    (re.compile(r"(?:/private)?(?:/tmp|/var/tmp|/var/folders/[^\s/]+/[^\s/]+/T)/[^\s'\"`]*"), "<tmp>"),
+)
+
+
+def masks_for(ignore_input: Sequence[re.Pattern[str]], normalize: bool) -> tuple[Mask, ...]:
+    """A run's masks: its own `--ignore-input` patterns, then the built-in ones when `normalize`."""
+    own = tuple((pattern, IGNORED) for pattern in ignore_input)
+    return own + BUILTIN if normalize else own
+
+
+def masked(text: str, masks: Sequence[Mask]) -> str:
+    for pattern, placeholder in masks:
+        text = pattern.sub(placeholder, text)
+    return text
