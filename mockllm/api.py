@@ -115,7 +115,7 @@ class _RunInfo:
         return f"<{type(self).__name__} {self.id} of {self.scenario!r} at {self.base_url}>"
 
 
-class Run(_RunInfo):
+class RunHandle(_RunInfo):
     """One replay of a scenario on a `Server` (its own bindings, cursors and failures).
 
     A context manager: leaving it ends the run.
@@ -236,12 +236,12 @@ class Server:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
 
-    def run(self, scenario: str, *, cwd: PathLike | None = None, **fields: Any) -> Run:
+    def run(self, scenario: str, *, cwd: PathLike | None = None, **fields: Any) -> RunHandle:
         """A fresh run of `scenario` (`POST /_mockllm/runs`). `cwd` replaces `{{cwd}}` and anchors
         readyFiles; other `fields` are sent as given (per-run options, DESIGN.md §5).
         An unknown or broken scenario raises AdminError with the server's reason."""
         body = self.admin("POST", f"{self.url}/_mockllm/runs", _run_body(scenario, cwd, fields))
-        return Run(self, body, scenario)
+        return RunHandle(self, body, scenario)
 
     def admin(self, method: str, url: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """One admin call: the decoded JSON answer, or AdminError."""
@@ -266,7 +266,7 @@ class Server:
                 raise
 
 
-class AsyncRun(_RunInfo):
+class AsyncRunHandle(_RunInfo):
     """One replay of a scenario on an `AsyncServer`; `async with` ends it."""
 
     def __init__(self, server: AsyncServer, body: dict[str, Any], scenario: str) -> None:
@@ -286,7 +286,7 @@ class AsyncRun(_RunInfo):
         return self._final
 
     async def report_html(self) -> str:
-        """The run as one self-contained HTML file; see `Run.report_html`."""
+        """The run as one self-contained HTML file; see `RunHandle.report_html`."""
         return await self._server.fetch_text(f"{self._admin}/report.html")
 
     async def assert_consumed(self) -> None:
@@ -349,10 +349,10 @@ class AsyncServer:
                         tb: TracebackType | None) -> None:
         await self.stop()
 
-    async def run(self, scenario: str, *, cwd: PathLike | None = None, **fields: Any) -> AsyncRun:
+    async def run(self, scenario: str, *, cwd: PathLike | None = None, **fields: Any) -> AsyncRunHandle:
         """A fresh run of `scenario`; see `Server.run`."""
         body = await self.admin("POST", f"{self.url}/_mockllm/runs", _run_body(scenario, cwd, fields))
-        return AsyncRun(self, body, scenario)
+        return AsyncRunHandle(self, body, scenario)
 
     async def admin(self, method: str, url: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """One admin call: the decoded JSON answer, or AdminError."""

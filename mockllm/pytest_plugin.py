@@ -28,7 +28,7 @@ import pytest
 from mockllm.options import RUN_FIELDS, argument_specs
 
 if TYPE_CHECKING:
-    from mockllm.api import Run, Server
+    from mockllm.api import RunHandle, Server
 
 RECORDINGS = "mockllm_recordings"
 REPORT_DIR = "mockllm_report_dir"
@@ -104,7 +104,7 @@ def mockllm_server(pytestconfig: pytest.Config) -> Iterator[Server]:
 
 
 @pytest.fixture
-def mockllm_run(request: pytest.FixtureRequest, mockllm_server: Server) -> Iterator[Run]:
+def mockllm_run(request: pytest.FixtureRequest, mockllm_server: Server) -> Iterator[RunHandle]:
     """A fresh run of the marker's scenario (`.base_url`, `.headers(session_id)`, `.report()`);
     checked at teardown."""
     from mockllm.api import AdminError
@@ -159,7 +159,7 @@ def pytest_runtest_makereport(item: pytest.Item,
     return report
 
 
-def save_report(item: pytest.Item | pytest.FixtureRequest, run: Run) -> str:
+def save_report(item: pytest.Item | pytest.FixtureRequest, run: RunHandle) -> str:
     """Save the run's HTML report for a failed test; the line that names the file (or why there is none)."""
     from mockllm.errors import MockllmError
 
