@@ -174,6 +174,9 @@ class Run:
             # A replayed provider error: exactly as the provider sent it, so an SDK may retry as it did.
             return Whole(record, reply.status, reply.body, delay=delay)
         held: HeldInfo = {"session": live_id, "script": file, "call": index}
+        cut_after = fault.cut_after if fault is not None else None
+        if not request.stream and cut_after is not None:  # a whole answer cut: the connection drops at once
+            return Stream(record, reply, False, None, cut_after=0, delay=delay, body=body)
         if not request.stream:
             if reply.hold_when_not_streaming:
                 return Hold(record, held)
@@ -186,7 +189,6 @@ class Run:
                                          lambda: untimed_reason(self.scenario, script, index))
             if note is not None:
                 self._note_pacing(file, index, *note)
-        cut_after = fault.cut_after if fault is not None else None
         if reply.ending != "hold" or cut_after is not None:
             return Stream(record, reply, request.include_usage, schedule, cut_after=cut_after, delay=delay,
                           body=body)
