@@ -20,10 +20,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
+from mockllm.options import RunSettings
 from mockllm.replay.normalize import Mask, masked
+from mockllm.scenario.load import Scenario
 from mockllm.script.inputs import Input
 from mockllm.script.templates import CWD
-from mockllm.wire.dialect import Message
+from mockllm.wire.dialect import Message, Request
 
 SHOWN = 160  # characters of expected/got a report shows
 
@@ -195,3 +197,30 @@ def tool_not_offered(called: Sequence[str], offered: frozenset[str] | None) -> s
     if offered is None:
         return None
     return next((name for name in called if name not in offered), None)
+
+
+def diverged(scenario: Scenario, settings: RunSettings, script: int, call: int, live_id: str, request: Request,
+             describe_it: bool) -> tuple[Divergence | None, bool]:
+    """How a request differs from what was recorded before call `call` of `script` (None: it does
+    not), and whether framework-made tool results were matched by position on the way.
+    `describe_it` False leaves expected, got and diff empty (only a report's first per session
+    needs them)."""
+    session = scenario.sessions[script]
+    inputs = session.inputs[call] if call < len(session.inputs) else None
+    framework = False
+    if inputs:  # a call recorded with no inputs of its own (a retry) is not compared
+        recorded = inputs.items
+        how = Comparison(settings.masks, settings.cwd, scenario.model_ids(script))
+        mismatch = compare(recorded, live_inputs(request.tail), how)
+        if mismatch is not None:
+            found = describe(mismatch, how) if describe_it else (mismatch.what, "", "", "")
+            return Divergence("input", session.file, live_id, call, *found), False
+        framework = framework_results(recorded, how) > 0
+    called = scenario.tools_called(script, call)
+    if called:
+        offered = request.offered_tools
+        missing = tool_not_offered(called, offered)
+        if missing is not None and offered is not None:
+            return Divergence("tool", session.file, live_id, call, f"the tool {missing!r} the recorded call uses",
+                              missing, "offered: " + (", ".join(sorted(offered)) or "no tools"), ""), framework
+    return None, framework

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import time
 from collections.abc import Iterator
@@ -28,27 +27,21 @@ from typing import NamedTuple
 
 from mockllm.errors import ReplayFailure, TemplateError
 from mockllm.options import Headerless, RunSettings
+from mockllm.replay import advice
 from mockllm.replay.binding import Binding, Bindings
 from mockllm.replay.catalog import Catalog
 from mockllm.replay.conversations import ConversationIndex
-from mockllm.replay.divergence import (
-    Comparison,
-    Divergence,
-    compare,
-    framework_results,
-    live_inputs,
-    tool_not_offered,
-)
-from mockllm.replay.divergence import describe as describe_mismatch
+from mockllm.replay.divergence import Divergence, diverged
 from mockllm.replay.faults import Fault, FaultError, FaultPlan
 from mockllm.replay.journal import CallRecord, Failures, Journal, RawHeaders
 from mockllm.replay.outcome import HeldInfo, Hold, Outcome, Refusal, Stream, Whole
 from mockllm.replay.pacing import plan_pacing, untimed_reason
 from mockllm.replay.report import FaultServed, Notice, PacingNote
+from mockllm.replay.retries import digest, fault_headers, retry_count
 from mockllm.replay.routing import calling_session
 from mockllm.scenario.load import Scenario, SessionScript
 from mockllm.script.entries import HangEntry
-from mockllm.wire.dialect import Dialect, Message, Request
+from mockllm.wire.dialect import Dialect, Request
 
 log = logging.getLogger("mockllm")
 
@@ -72,11 +65,6 @@ class Assignment(NamedTuple):
     divergence: Divergence | None = None
     fault: Fault | None = None  # a fault this attempt meets
     retry: bool = False  # a repeat of a call whose answer did not reach the client whole
-
-
-RETRY_HEADER = b"x-stainless-retry-count"
-# Statuses the SDKs retry by default; a fault with one says so in `x-should-retry`, as providers do.
-RETRIED = frozenset({408, 409, 429}) | frozenset(range(500, 600))
 
 
 @dataclass(slots=True)
@@ -172,7 +160,7 @@ class Run:
                 record.status = fault.status
                 return Whole(record, fault.status, dialect.error_body(
                     f"mockllm fault: {record.fault} at {file} call {index + 1}", None, fault.status),
-                    _fault_headers(fault), (fault.delay_ms or 0) / 1000)
+                    fault_headers(fault), (fault.delay_ms or 0) / 1000)
         try:
             reply = self.catalog.reply(dialect, script, index, request, self.cwd)
         except TemplateError as exc:
@@ -186,6 +174,9 @@ class Run:
             # A replayed provider error: exactly as the provider sent it, so an SDK may retry as it did.
             return Whole(record, reply.status, reply.body, delay=delay)
         held: HeldInfo = {"session": live_id, "script": file, "call": index}
+        cut_after = fault.cut_after if fault is not None else None
+        if not request.stream and cut_after is not None:  # a whole answer cut: the connection drops at once
+            return Stream(record, reply, False, None, cut_after=0, delay=delay, body=body)
         if not request.stream:
             if reply.hold_when_not_streaming:
                 return Hold(record, held)
@@ -198,7 +189,6 @@ class Run:
                                          lambda: untimed_reason(self.scenario, script, index))
             if note is not None:
                 self._note_pacing(file, index, *note)
-        cut_after = fault.cut_after if fault is not None else None
         if reply.ending != "hold" or cut_after is not None:
             return Stream(record, reply, request.include_usage, schedule, cut_after=cut_after, delay=delay,
                           body=body)
@@ -241,16 +231,19 @@ class Run:
         """
         binding = self._bindings.get(live_id)
         if binding is not None and binding.incomplete is not None:
-            call, digest = binding.incomplete
+            call, left = binding.incomplete
             binding.incomplete = None
-            if _retry_count(raw_headers) >= 1 or (body is not None and _digest(body) == digest):
+            if retry_count(raw_headers) >= 1 or (body is not None and digest(body) == left):
                 binding.retries += 1
                 session = self.scenario.sessions[binding.script]
                 return Assignment(binding.script, call, session, live_id, retry=True)
         if binding is None:
             script, by_arrival = self._bindings.choose(live_id, request, self.settings)
             if script is None:
-                raise self.fail(ReplayFailure(404, "unrecorded_session", self._unrecorded(live_id, request),
+                raise self.fail(ReplayFailure(404, "unrecorded_session", advice.unrecorded(
+                    self.id, self.scenario, self._bindings, live_id, request, self._conversations,
+                    self.default and self.consumed, {b.live_id: self.scenario.sessions[b.script].file
+                                                     for b in self._bindings}),
                                               live_id, 0))
             cursor = 0
             if by_arrival:
@@ -264,8 +257,8 @@ class Run:
         if cursor >= len(session.entries):
             binding = binding or self._bindings.bind(script, live_id)
             binding.cursor += 1  # later calls are counted too, so the report shows how far over it went
-            raise self.fail(ReplayFailure(410, "script_exhausted", self._exhausted(session, live_id, cursor),
-                                          live_id, cursor))
+            message = advice.exhausted(self.id, self.scenario, session, live_id, cursor, self.default)
+            raise self.fail(ReplayFailure(410, "script_exhausted", message, live_id, cursor))
         divergence = None
         if request is not None and self.checks_first:
             divergence = self._diverged(script, cursor, live_id, request)
@@ -290,7 +283,7 @@ class Run:
         record = outcome.record
         binding = self._bindings.get(record.session)
         if binding is not None and record.call is not None and outcome.cut_after is None:
-            binding.incomplete = (record.call, _digest(outcome.body))
+            binding.incomplete = (record.call, digest(outcome.body))
 
     def take_side(self, route: int) -> int:
         """The entry a side route serves next (its own cursor; `repeat` serves the last one again)."""
@@ -301,13 +294,7 @@ class Run:
             return call
         if side.repeat and side.entries:
             return len(side.entries) - 1
-        raise self.fail(ReplayFailure(
-            410, "script_exhausted",
-            f"run {self.id}: side route {side.model!r} ({side.file}) got call {call + 1} but its script has "
-            f"{len(side.entries)} entries; add entries to {side.file}, or set \"repeat\": true in mockllm.json "
-            "to serve its last entry again",
-            None, call,
-        ))
+        raise self.fail(ReplayFailure(410, "script_exhausted", advice.side_exhausted(self.id, side, call), None, call))
 
     # -- held calls ------------------------------------------------------------------------------
 
@@ -350,29 +337,14 @@ class Run:
         Described in full only when it will be reported (the session's first, or a refusal under
         strict): otherwise expected, got and diff stay empty."""
         describe = script not in self.divergences or self.settings.strict
-        session = self.scenario.sessions[script]
-        inputs = session.inputs[call] if call < len(session.inputs) else None
-        if inputs:  # a call recorded with no inputs of its own (a retry) is not compared
-            recorded = inputs.items
-            how = Comparison(self.settings.masks, self.settings.cwd, self.scenario.model_ids(script))
-            mismatch = compare(recorded, live_inputs(request.tail), how)
-            if mismatch is not None:
-                found = describe_mismatch(mismatch, how) if describe else (mismatch.what, "", "", "")
-                return Divergence("input", session.file, live_id, call, *found)
-            if script not in self._framework_noted and framework_results(recorded, how):
-                self._framework_noted.add(script)
-                self.notices.append(Notice(
-                    "framework_ids", session.file, live_id, call,
-                    "tool results for calls the recorded model never made (a framework's own) were matched by "
-                    "position among themselves, their ids ignored"))
-        called = self.scenario.tools_called(script, call)
-        if called:
-            offered = request.offered_tools
-            missing = tool_not_offered(called, offered)
-            if missing is not None and offered is not None:
-                return Divergence("tool", session.file, live_id, call, f"the tool {missing!r} the recorded call uses",
-                                  missing, "offered: " + (", ".join(sorted(offered)) or "no tools"), "")
-        return None
+        divergence, framework = diverged(self.scenario, self.settings, script, call, live_id, request, describe)
+        if framework and script not in self._framework_noted:
+            self._framework_noted.add(script)
+            self.notices.append(Notice(
+                "framework_ids", self.scenario.sessions[script].file, live_id, call,
+                "tool results for calls the recorded model never made (a framework's own) were matched by "
+                "position among themselves, their ids ignored"))
+        return divergence
 
     def _note_pacing(self, file: str, call: int, served: str, why: str) -> None:
         """Say once per run and call how pacing served it; the log says it once per run and file."""
@@ -390,42 +362,6 @@ class Run:
         self.failures.add(failure)
         return failure
 
-    def _exhausted(self, session: SessionScript, live_id: str, call: int) -> str:
-        message = (f"run {self.id}: session {session.file} (recorded id {session.id}, live id {live_id}) made call "
-                   f"{call + 1} but its script has {len(session.entries)} entries")
-        if self.default:
-            return message + (f". This is scenario {self.scenario.name}'s default run, and it is spent: start over "
-                              f"with DELETE /_mockllm/runs/{self.id} (the next request gets a fresh default run), "
-                              "or give each test its own run with POST /_mockllm/runs. If the agent now makes more "
-                              "calls than were recorded, re-record the scenario")
-        return message + ("; the agent made more model calls than were recorded: re-record the scenario, or "
-                          "append an entry in replay.override.json")
-
-    def _unrecorded(self, live_id: str, request: Request | None) -> str:
-        sessions = self.scenario.sessions
-        bound = ", ".join(f"{sessions[b.script].file}<-{b.live_id}" for b in self._bindings) or "none"
-        message = (f"run {self.id}: live session {live_id} is new, but every recorded session with model calls "
-                   f"is already bound ({bound})")
-        if self.default and self.consumed:
-            return message + (f". This is scenario {self.scenario.name}'s default run, and it is spent: every "
-                              "recorded call was served already (the agent ran a second time against it). Start "
-                              f"over with DELETE /_mockllm/runs/{self.id} (the next request gets a fresh default "
-                              "run), or give each test its own run with POST /_mockllm/runs")
-        if request is None or not self._conversations.owns(live_id):
-            return message + ("; the agent started a session that was not recorded: re-record the scenario, or "
-                              "send the recorded id in the x-mockllm-session header")
-        closest = self._conversations.closest(request.messages, exclude=live_id)
-        if closest is None:
-            return message + "; its messages extend no live conversation, and none has started yet"
-        other, agreed, expected, got = closest
-        where = self.script_file(other) or "unbound"
-        return message + (
-            f". Its messages extend no live conversation; the closest is {other} ({where}), whose latest request "
-            f"agrees with it for {agreed} message(s) and then differs at message {agreed + 1}: there it had "
-            f"{_gist(expected)}, this request has {_gist(got)}. The usual cause is a turn sent without the "
-            "history before it (send the whole conversation every call); a subagent of its own needs its own "
-            "x-mockllm-session header")
-
     # -- what reports read -----------------------------------------------------------------------
 
     def script_file(self, live_id: str) -> str | None:
@@ -441,29 +377,6 @@ class Run:
         """Every script with entries was bound and drained, and every side route served in full."""
         return self._bindings.drained and all(
             calls >= len(r.entries) for calls, r in zip(self.side_calls, self.scenario.side_routes, strict=True))
-
-
-def _retry_count(raw_headers: RawHeaders) -> int:
-    """The SDKs' retry marker (`x-stainless-retry-count`), 0 when absent or not a number."""
-    for name, value in raw_headers:
-        if name.lower() == RETRY_HEADER:
-            try:
-                return int(value)
-            except ValueError:
-                return 0
-    return 0
-
-
-def _digest(body: bytes) -> bytes:
-    return hashlib.blake2b(body, digest_size=16).digest()
-
-
-def _fault_headers(fault: Fault) -> dict[str, str]:
-    """A fault's provider-error headers: whether to retry, as providers say it, and `retry-after`."""
-    headers = {"x-should-retry": "true" if fault.status in RETRIED else "false"}
-    if fault.retry_after is not None:
-        headers["retry-after"] = f"{fault.retry_after:g}"
-    return headers
 
 
 def _schedule_review(run: Run) -> None:
@@ -483,10 +396,3 @@ def _review(run: Run) -> None:
         log.exception("comparing run %s's requests with the recording failed", run.id)
 
 
-def _gist(message: Message | None, limit: int = 80) -> str:
-    if message is None:
-        return "no message"
-    text = " ".join(message.text.split())
-    text = text if len(text) <= limit else text[: limit - 1] + "…"
-    calls = f" calling {', '.join(c.name or '?' for c in message.tool_calls)}" if message.tool_calls else ""
-    return f"{message.role or 'a'} message {text!r}{calls}"

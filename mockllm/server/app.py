@@ -2,9 +2,10 @@
 
 Addresses (DESIGN.md §3): `/scenarios/{name}/v1/…` (the scenario's default run), `/runs/{run}/v1/…`
 (a run made with `POST /_mockllm/runs`), `/v1/…` when exactly one scenario is loaded, and the
-admin endpoints under `/_mockllm/`. Under each base every registered wire dialect has its route;
-this module names none of them. A model route's handler finds the run, reads and decodes the
-body, asks the run what the call gets (`Run.answer`), and writes that outcome.
+admin endpoints and the inspector (`server/inspector.py`) under `/_mockllm/`. Under each base
+every registered wire dialect has its route; this module names none of them. A model route's
+handler finds the run, reads and decodes the body, asks the run what the call gets
+(`Run.answer`), and writes that outcome; an open inspector page hears of it (`events.Hub`).
 """
 
 from __future__ import annotations
@@ -12,21 +13,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
+import msgspec
 from aiohttp import web
 
-from mockllm.errors import RequestError
+from mockllm.errors import RecordingError, RequestError
 from mockllm.options import ServeOptions
 from mockllm.replay.routing import header_session
 from mockllm.replay.run import Run
 from mockllm.replay.runs import Runs
 from mockllm.scenario.load import Suite
 from mockllm.server.admin import Admin, read_body, scenario_error
+from mockllm.server.events import Hub
+from mockllm.server.inspector import Inspector
 from mockllm.server.mock_errors import mock_error
 from mockllm.server.streaming import OutcomeWriter, Pacer
-from mockllm.wire import DEFAULT, DIALECTS, models_body
+from mockllm.wire import DEFAULT, DIALECTS
 from mockllm.wire.dialect import Dialect
+from mockllm.wire.models import ANTHROPIC_VERSION, models_body
 
 log = logging.getLogger("mockllm")
 
@@ -45,6 +50,9 @@ class MockServer:
         self.max_body = MAX_BODY  # the app's client_max_size too (create_app)
         self.admin = Admin(suite, self.runs, self.max_body)
         self.writer = OutcomeWriter()
+        self.hub = Hub()  # the inspector page's live events
+        self.runs.listener = self.hub.run_changed
+        self.inspector = Inspector(suite, self.runs, self.hub)
 
     @property
     def pacer(self) -> Pacer:
@@ -73,6 +81,8 @@ class MockServer:
         """The handler of `dialect`'s route under every base."""
 
         async def answer(request: web.Request) -> web.StreamResponse:
+            if _is_websocket(request):
+                return _upgrade_required(request, dialect)
             try:
                 return await self._answer(request, dialect)
             except (asyncio.CancelledError, ConnectionResetError, web.HTTPException):
@@ -98,10 +108,15 @@ class MockServer:
         session = header_session(request.headers, self.session_headers)
         outcome = run.answer(session, call, dialect, request.raw_headers, body)
         record = outcome.record
+        hub = self.hub
+        if hub.watched:  # an inspector page is open: the cursor just moved
+            hub.touched(run.id)
         try:
             return await self.writer.write(request, run, dialect, outcome)
         finally:
             record.done()
+            if hub.watched:
+                hub.touched(run.id)
             if log.isEnabledFor(logging.INFO):
                 log.info("%s %s %s session %s (%s) call %s: %s %s%.1f ms", run.id, dialect.name, record.kind or "-",
                          record.session, record.script or "unbound",
@@ -109,46 +124,94 @@ class MockServer:
                          record.status, f"{record.error} " if record.error else "", record.duration_ms or 0.0)
 
     async def models(self, request: web.Request) -> web.Response:
-        run = self._run_for(request)
+        run = self._run_for(request, ANTHROPIC if ANTHROPIC_VERSION in request.headers else DEFAULT)
         if not isinstance(run, Run):
             return run
-        return web.Response(body=models_body(self.runs.catalogs[run.scenario.name].model),
+        return web.Response(body=models_body(self.runs.catalogs[run.scenario.name].model, request.headers),
                             content_type="application/json")
 
+    async def count_tokens(self, request: web.Request) -> web.Response:
+        """`POST …/v1/messages/count_tokens`: a recorded count for an equal request, else a 404 in
+        Anthropic's shape (clients then count locally)."""
+        run = self._run_for(request, ANTHROPIC)
+        if not isinstance(run, Run):
+            return run
+        body = await read_body(request, self.max_body)
+        try:
+            decoded = msgspec.json.decode(body or b"")
+        except msgspec.DecodeError:
+            return mock_error(400, "invalid_request", f"run {run.id}: the count_tokens body is not JSON",
+                              dialect=ANTHROPIC)
+        try:
+            counted = run.scenario.token_count(decoded)
+        except RecordingError as exc:
+            return mock_error(422, "scenario_invalid", str(exc), dialect=ANTHROPIC)
+        if counted is None:
+            return mock_error(404, "unrecorded_count_tokens", f"run {run.id}: no recorded count_tokens request of "
+                              f"scenario {run.scenario.name} equals this one; count locally", dialect=ANTHROPIC)
+        return web.Response(body=counted, content_type="application/json")
+
     async def release_held(self, app: web.Application) -> None:
-        """On shutdown: held and paced streams end at once instead of stalling shutdown."""
+        """On shutdown: held and paced streams, and inspector pages' event streams, end at once
+        instead of stalling shutdown."""
         self.writer.release()
+        self.hub.close()
 
 
 BASES = ("/scenarios/{name}/v1", "/runs/{run}/v1", "/v1")
+COUNT_TOKENS = "/messages/count_tokens"  # beside Anthropic's model route, under every base
+ANTHROPIC = next(d for d in DIALECTS if d.name == "anthropic")
 _UNDER_BASE = re.compile(r"^(/scenarios/[^/]+/v1|/runs/[^/]+/v1|/v1)(/.*)?$")
+
+
+def _is_websocket(request: web.Request) -> bool:
+    return request.headers.get("Upgrade", "").lower() == "websocket"
+
+
+def _upgrade_required(request: web.Request, dialect: Dialect) -> web.Response:
+    """Codex CLI tries a WebSocket first and falls back to HTTP streaming on 426 only."""
+    return mock_error(426, "upgrade_required", f"{request.path} streams over HTTP (SSE), not WebSocket",
+                      {"Upgrade": "HTTP/1.1"}, dialect=dialect)
+
+
+def _dialect_of(rest: str, headers: Mapping[str, str]) -> Dialect:
+    """The dialect whose errors a path under a base gets: the one whose route it extends (Anthropic's
+    `/messages/…`), an Anthropic client's by its header, else the default (OpenAI's)."""
+    for dialect in DIALECTS:
+        if rest.startswith(dialect.path):
+            return dialect
+    return ANTHROPIC if ANTHROPIC_VERSION in headers else DEFAULT
 
 
 async def _unknown_path(request: web.Request) -> web.Response:
     under = _UNDER_BASE.match(request.path)
     if under is None:
         return mock_error(404, "unknown_path", f"no endpoint at {request.path}: the model API is under "
-                          "/scenarios/NAME/v1, /runs/RUN/v1 or (one scenario loaded) /v1")
+                          "/scenarios/NAME/v1, /runs/RUN/v1 or (one scenario loaded) /v1",
+                          dialect=ANTHROPIC if ANTHROPIC_VERSION in request.headers else DEFAULT)
     base, rest = under.group(1), under.group(2) or ""
-    served = ", ".join([*(f"POST {base}{d.path}" for d in DIALECTS), f"GET {base}/models"])
+    served = ", ".join([*(f"POST {base}{d.path}" for d in DIALECTS), f"GET {base}/models",
+                        f"POST {base}{COUNT_TOKENS}"])
     message = f"no endpoint at {request.path}; under {base} mockllm serves {served}"
     if rest.startswith("/v1/"):
         message += (f". A client that adds /v1 itself (the Anthropic SDK) takes the base without it: "
                     f"{base.removesuffix('/v1') or '/'}")
-    return mock_error(404, "unknown_path", message)
+    return mock_error(404, "unknown_path", message, dialect=_dialect_of(rest, request.headers))
 
 
-def _not_allowed(allowed: str) -> Handler:
-    """A 405 in the OpenAI error shape, for every method a path does not serve."""
+def _not_allowed(allowed: str, dialect: Dialect = DEFAULT) -> Handler:
+    """A 405 in the route's dialect's error shape, for every method a path does not serve."""
 
     async def not_allowed(request: web.Request) -> web.Response:
+        if _is_websocket(request):  # a WebSocket handshake is a GET
+            return _upgrade_required(request, dialect)
         message = f"{request.method} {request.path} is not allowed; allowed: {allowed}"
-        return mock_error(405, "method_not_allowed", message, {"Allow": allowed})
+        return mock_error(405, "method_not_allowed", message, {"Allow": allowed}, dialect=dialect)
 
     return not_allowed
 
 
-def _add_routes(app: web.Application, path: str, handlers: dict[str, Handler]) -> None:
+def _add_routes(app: web.Application, path: str, handlers: dict[str, Handler], dialect: Dialect = DEFAULT) -> None:
     """Serve `path` with `handlers` by method; any other method gets a 405.
 
     Routes, not a middleware: a middleware would wrap every model call in two more coroutines.
@@ -158,7 +221,7 @@ def _add_routes(app: web.Application, path: str, handlers: dict[str, Handler]) -
     resource = app.router.add_resource(path)
     for method, handler in handlers.items():
         resource.add_route(method, handler)
-    resource.add_route("*", _not_allowed(",".join(sorted(handlers))))
+    resource.add_route("*", _not_allowed(",".join(sorted(handlers)), dialect))
 
 
 SERVER_KEY: web.AppKey[MockServer] = web.AppKey("mockllm", MockServer)
@@ -172,12 +235,15 @@ def create_app(suite: Suite, options: ServeOptions | None = None) -> web.Applica
     app.on_shutdown.append(server.release_held)
     for base in BASES:
         for dialect in DIALECTS:
-            _add_routes(app, base + dialect.path, {"POST": server.model_route(dialect)})
+            _add_routes(app, base + dialect.path, {"POST": server.model_route(dialect)}, dialect)
+        _add_routes(app, base + COUNT_TOKENS, {"POST": server.count_tokens}, ANTHROPIC)
         _add_routes(app, base + "/models", {"GET": server.models})
     admin = server.admin
     _add_routes(app, "/_mockllm/health", {"GET": admin.health})
     _add_routes(app, "/_mockllm/scenarios", {"GET": admin.scenarios})
-    _add_routes(app, "/_mockllm/runs", {"POST": admin.create_run})
+    _add_routes(app, "/_mockllm/runs", {"POST": admin.create_run, "GET": server.inspector.list_runs})
     _add_routes(app, "/_mockllm/runs/{run}", {"GET": admin.get_run, "DELETE": admin.end_run})
+    for path, handlers in server.inspector.routes().items():
+        _add_routes(app, path, handlers)
     app.router.add_route("*", "/{tail:.*}", _unknown_path)
     return app
