@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mockllm.dsh.chunks import Block, BlockEnd, FinishChunk, FinishReason, StreamChunk
-from mockllm.wire.dialect import Message, messages_after_last_assistant
+from mockllm.wire.request import Message, messages_after_last_assistant
 
 INPUT_ROLES = ("user", "tool")
 

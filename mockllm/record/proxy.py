@@ -33,7 +33,8 @@ from mockllm.record.call import ObservedCall, TimedChunk, observe
 from mockllm.record.tree import Failed, Lineage, SessionTree
 from mockllm.replay.conversations import ConversationIndex
 from mockllm.wire import DEFAULT, DIALECTS
-from mockllm.wire.dialect import Dialect, Request, StreamDecoder
+from mockllm.wire.dialect import Dialect, StreamDecoder
+from mockllm.wire.request import Request
 from mockllm.wire.sse_reader import Event, SSEReader
 
 log = logging.getLogger("mockllm.record.command")

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 from mockllm.script.inputs import Input
 from mockllm.script.templates import CWD
-from mockllm.wire.dialect import Message
+from mockllm.wire.request import Message
 
 SHOWN = 160  # characters of expected/got a report shows
 MASK = "<ignored>"

@@ -29,7 +29,8 @@ from mockllm.replay.divergence import (
 )
 from mockllm.replay.journal import CallRecord, Failures, Journal
 from mockllm.scenario.load import Scenario, SessionScript
-from mockllm.wire.dialect import Dialect, Message, Request
+from mockllm.wire.dialect import Dialect
+from mockllm.wire.request import Message, Request
 
 ANONYMOUS = "anonymous"
 

@@ -29,8 +29,9 @@ from mockllm.replay.run import Run, Runs
 from mockllm.scenario.load import Suite
 from mockllm.script.entries import Entry, HangEntry
 from mockllm.wire import DEFAULT, DIALECTS, models_body
-from mockllm.wire.dialect import Dialect, Request
+from mockllm.wire.dialect import Dialect
 from mockllm.wire.reply import Reply
+from mockllm.wire.request import Request
 
 log = logging.getLogger("mockllm")
 

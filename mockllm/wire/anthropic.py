@@ -66,19 +66,9 @@ from mockllm.errors import RequestError
 from mockllm.script.entries import HANG_CHUNKS, ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
 from mockllm.wire import anthropic_stream
 from mockllm.wire.anthropic_stream import AnthropicStreamDecoder
-from mockllm.wire.dialect import (
-    NO_TOOLS,
-    Dialect,
-    Envelope,
-    Message,
-    Request,
-    SSEEvent,
-    StreamDecoder,
-    ToolCall,
-    tool_names,
-    whole_reply,
-)
+from mockllm.wire.dialect import Dialect, Envelope, SSEEvent, StreamDecoder, whole_reply
 from mockllm.wire.reply import Frames, Reply
+from mockllm.wire.request import NO_TOOLS, Message, Request, ToolCall, tool_names
 from mockllm.wire.sse import named_event
 
 _encode = msgspec.json.encode

@@ -56,19 +56,9 @@ from mockllm.errors import RequestError
 from mockllm.script.entries import HANG_CHUNKS, ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
 from mockllm.wire import responses_stream
 from mockllm.wire.chat import error_body, error_type, text_of
-from mockllm.wire.dialect import (
-    NO_TOOLS,
-    Dialect,
-    Envelope,
-    Message,
-    Request,
-    SSEEvent,
-    StreamDecoder,
-    ToolCall,
-    tool_names,
-    whole_reply,
-)
+from mockllm.wire.dialect import Dialect, Envelope, SSEEvent, StreamDecoder, whole_reply
 from mockllm.wire.reply import Frames, Reply
+from mockllm.wire.request import NO_TOOLS, Message, Request, ToolCall, tool_names
 from mockllm.wire.responses_stream import ResponsesStreamDecoder
 from mockllm.wire.sse import named_event
 
