@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from mockllm.replay.conversations import ConversationIndex
-from mockllm.wire.chat import chat_messages
+from mockllm.wire.chat_request import chat_messages
 from tests.conftest import assert_mock_error, http, new_run, run_state
 from tests.dshtree import (
     FORK_ID,

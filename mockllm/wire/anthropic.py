@@ -35,13 +35,8 @@ Mock-made errors (exhaustion, unrecorded sessions, bad requests) keep Anthropic'
 `{"type":"error","error":{"type","message"}}` and add the mockllm code twice: machine-readable in
 `error.code`, and at the head of the message (`script_exhausted: run …`), since SDKs show the message.
 
-A request's neutral conversation (what header-less routing compares): `system` (a string or text
-blocks) as a leading system message; each message's text blocks joined; an assistant's `tool_use`
-blocks as its tool calls, their input JSON-encoded canonically (sorted keys) so a client's key order
-never matters; each `tool_result` block as one tool message naming its `tool_use_id`, before the
-rest of its user message; `thinking` and `redacted_thinking` blocks dropped (clients may or may not
-send them back), and `cache_control` ignored (clients move their cache breakpoints every call).
-Templates (`{{fromRequest:…}}`) search `system`, then `messages`.
+Requests are read in `anthropic_request`; a live stream is decoded back into chunks in
+`anthropic_stream`.
 """
 
 from __future__ import annotations
@@ -62,13 +57,13 @@ from mockllm.dsh.chunks import (
     ToolCallDelta,
     UsageChunk,
 )
-from mockllm.errors import RequestError
 from mockllm.script.entries import HANG_CHUNKS, ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
 from mockllm.wire import anthropic_stream
+from mockllm.wire.anthropic_request import decode_request
 from mockllm.wire.anthropic_stream import AnthropicStreamDecoder
 from mockllm.wire.dialect import Dialect, Envelope, SSEEvent, StreamDecoder, whole_reply
 from mockllm.wire.reply import Frames, Reply
-from mockllm.wire.request import NO_TOOLS, Message, Request, ToolCall, tool_names
+from mockllm.wire.request import Request
 from mockllm.wire.sse import named_event
 
 _encode = msgspec.json.encode
@@ -78,20 +73,6 @@ _encode = msgspec.json.encode
 SIGNATURE = "mockllm-unsigned"
 
 MESSAGE_STOP = named_event("message_stop", b'{"type":"message_stop"}')
-
-_NO_SYSTEM = msgspec.Raw()  # `system` absent (msgspec.Raw cannot be Optional)
-
-
-class _MessagesRequest(msgspec.Struct):
-    # Left undecoded: with a session header and no templates nothing reads them.
-    messages: list[msgspec.Raw]
-    model: str | None = None
-    system: msgspec.Raw = _NO_SYSTEM
-    stream: bool | None = False
-    tools: msgspec.Raw = NO_TOOLS  # msgspec.Raw cannot be Optional: an empty Raw means absent
-
-
-_request_decoder = msgspec.json.Decoder(_MessagesRequest)
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
                 403: "permission_error", 404: "not_found_error", 413: "request_too_large",
@@ -163,91 +144,12 @@ def context_window_message(message: str | None) -> str:
     return f"prompt is too long: {message or 'the context window was exceeded'}"
 
 
-# -- requests -------------------------------------------------------------------------------------
-
-def _text_of(content: Any) -> str:
-    """Content (a string or blocks) as one string: text blocks by their text, others as their JSON."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(_block_text(block) for block in content)
-    return _encode(content).decode()
-
-
-def _block_text(block: Any) -> str:
-    if isinstance(block, dict):
-        if block.get("type") == "text":
-            return str(block.get("text") or "")
-        block = {k: v for k, v in block.items() if k != "cache_control"}
-    return _encode(block).decode()
-
-
-def _canonical(value: Any) -> str:
-    return _encode(value, order="sorted").decode()
-
-
-def _message(message: Any) -> list[Message]:
-    """One Messages API message in neutral form: a user turn's tool results become tool messages."""
-    if not isinstance(message, dict):
-        return [Message(None, _encode(message).decode())]
-    role = message.get("role")
-    content = message.get("content")
-    if not isinstance(content, list):
-        return [Message(role, _text_of(content))]
-    out: list[Message] = []
-    texts: list[str] = []
-    calls: list[ToolCall] = []
-    rest = False  # anything but tool results: the turn is a message of its own too
-    for block in content:
-        kind = block.get("type") if isinstance(block, dict) else None
-        if kind == "tool_result":
-            out.append(Message("tool", _text_of(block.get("content")), tool_call_id=block.get("tool_use_id")))
-        elif kind == "tool_use":
-            calls.append(ToolCall(block.get("id"), block.get("name"), _canonical(block.get("input"))))
-            rest = True
-        elif kind in ("thinking", "redacted_thinking"):
-            rest = True
-        else:
-            texts.append(_block_text(block))
-            rest = True
-    if rest or not out:
-        out.append(Message(role, "".join(texts), tuple(calls)))
-    return out
-
-
-def anthropic_messages(conversation: dict[str, Any]) -> list[Message]:
-    """A request's `system` and `messages` (raw or decoded) as neutral messages."""
-    out: list[Message] = []
-    system = conversation.get("system")
-    if isinstance(system, msgspec.Raw):
-        system = msgspec.json.decode(system)
-    if system is not None:
-        out.append(Message("system", _text_of(system)))
-    for message in conversation["messages"]:
-        out.extend(_message(msgspec.json.decode(message) if isinstance(message, msgspec.Raw) else message))
-    return out
-
-
 class AnthropicMessages(Dialect):
     name = "anthropic"
     path = "/messages"
 
     def decode_request(self, body: bytes) -> Request:
-        try:
-            request = _request_decoder.decode(body)
-        except msgspec.DecodeError as exc:
-            raise RequestError(f"request body is not an Anthropic Messages request ({exc}); "
-                               'expected JSON with a non-empty "messages" array') from None
-        if not request.messages:
-            raise RequestError('"messages" is empty')
-        # A dict, so templates walk `system` before `messages`, as a chat request's system message comes first.
-        conversation: dict[str, Any] = {"messages": request.messages}
-        if request.system:
-            conversation = {"system": request.system, **conversation}
-        return Request(bool(request.stream), True, request.model, conversation, anthropic_messages,
-                       raw_tools=request.tools or None, _decode_tools=tool_names)
+        return decode_request(body)
 
     def reply_id(self, script: int, call: int) -> str:
         return f"msg_mockllm_{script}_{call}"

@@ -4,6 +4,8 @@ One recorded delta is one SSE event, so a client rebuilds exactly the recorded f
 first delta carries `role: "assistant"`; a tool call's identity (id, type, name) rides only on its
 first fragment. Rendering is pure and runs once per entry wherever the bytes do not depend on the
 request.
+
+Requests are read in `chat_request`; a live stream is decoded back into chunks in `chat_stream`.
 """
 
 from __future__ import annotations
@@ -24,30 +26,19 @@ from mockllm.dsh.chunks import (
     ToolCallDelta,
     UsageChunk,
 )
-from mockllm.errors import RequestError
 from mockllm.script.entries import HANG_CHUNKS, ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
 from mockllm.wire import chat_stream
+from mockllm.wire.chat_request import decode_request
 from mockllm.wire.chat_stream import ChatStreamDecoder
 from mockllm.wire.dialect import Dialect, Envelope, SSEEvent, StreamDecoder, whole_reply
 from mockllm.wire.reply import Frames, Reply
-from mockllm.wire.request import NO_TOOLS, Message, Request, ToolCall, tool_names
+from mockllm.wire.request import Request
 from mockllm.wire.sse import data_event
 
 DONE = data_event(b"[DONE]")
 
 _encode = msgspec.json.encode
 
-
-class _ChatRequest(msgspec.Struct):
-    # Left undecoded: with a session header and no templates nothing reads them.
-    messages: list[msgspec.Raw]
-    model: str | None = None
-    stream: bool | None = False
-    stream_options: dict[str, Any] | None = None
-    tools: msgspec.Raw = NO_TOOLS  # msgspec.Raw cannot be Optional: an empty Raw means absent
-
-
-_request_decoder = msgspec.json.Decoder(_ChatRequest)
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 409: "conflict_error", 410: "invalid_request_error",
@@ -81,93 +72,12 @@ def usage_object(usage: TokenUsage) -> dict[str, Any]:
     return out
 
 
-def text_of(content: Any) -> str:
-    """A message's content as one string: `null` is "", parts compare by their text."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            part.get("text", "") if isinstance(part, dict) and "text" in part else _encode(part).decode()
-            for part in content
-        )
-    return _encode(content).decode()
-
-
-def _arguments(value: Any) -> str | None:
-    return value if value is None or isinstance(value, str) else _encode(value).decode()
-
-
-class _PlainMessage(msgspec.Struct):
-    """The common message shape: a role and string (or absent) content, nothing else that matters."""
-
-    role: str | None = None
-    content: str | None = None
-    tool_call_id: str | None = None
-    name: str | None = None
-    tool_calls: msgspec.Raw = msgspec.Raw()  # only to see that there are some: those take the general path
-
-
-_plain_decoder = msgspec.json.Decoder(_PlainMessage)
-
-
-def chat_message(message: Any) -> Message:
-    """One chat message (decoded, or still raw JSON) in neutral form; `reasoning_content` is dropped."""
-    if isinstance(message, msgspec.Raw):
-        # Most messages are plain text: a typed decode is several times cheaper than building a
-        # dict. Anything else (tool calls, content parts, odd values) takes the general path.
-        try:
-            plain = _plain_decoder.decode(message)
-        except msgspec.DecodeError:
-            pass
-        else:
-            if bytes(plain.tool_calls) in (b"", b"null"):
-                return Message(plain.role, plain.content or "", (), plain.tool_call_id, plain.name)
-        message = msgspec.json.decode(message)
-    if not isinstance(message, dict):
-        return Message(None, _encode(message).decode())
-    tool_calls = tuple(
-        ToolCall(call.get("id"), (call.get("function") or {}).get("name"),
-                 _arguments((call.get("function") or {}).get("arguments")))
-        for call in message.get("tool_calls") or ()
-        if isinstance(call, dict)
-    )
-    return Message(message.get("role"), text_of(message.get("content")), tool_calls, message.get("tool_call_id"),
-                   message.get("name"))
-
-
-def chat_messages(messages: list[Any]) -> list[Message]:
-    return [chat_message(m) for m in messages]
-
-
-def chat_tail(messages: list[Any]) -> list[Message]:
-    """The messages after the last assistant one, decoding from the end only as far as that."""
-    tail: list[Message] = []
-    for raw in reversed(messages):
-        message = chat_message(raw)
-        if message.role == "assistant":
-            break
-        tail.append(message)
-    tail.reverse()
-    return tail
-
-
 class ChatCompletions(Dialect):
     name = "chat"
     path = "/chat/completions"
 
     def decode_request(self, body: bytes) -> Request:
-        try:
-            chat = _request_decoder.decode(body)
-        except msgspec.DecodeError as exc:
-            raise RequestError(f"request body is not a chat completions request ({exc}); "
-                               'expected JSON with a non-empty "messages" array') from None
-        if not chat.messages:
-            raise RequestError('"messages" is empty')
-        include_usage = bool((chat.stream_options or {}).get("include_usage"))
-        return Request(bool(chat.stream), include_usage, chat.model, chat.messages, chat_messages,
-                       raw_tools=chat.tools or None, _decode_tools=tool_names, _decode_tail=chat_tail)
+        return decode_request(body)
 
     def reply_id(self, script: int, call: int) -> str:
         return f"chatcmpl-mockllm-{script}-{call}"
