@@ -41,6 +41,7 @@ Requests are read in `anthropic_request`; a live stream is decoded back into chu
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -55,14 +56,14 @@ from mockllm.dsh.chunks import (
     TextDelta,
     TokenUsage,
     ToolCallDelta,
-    UsageChunk,
 )
-from mockllm.script.entries import HANG_CHUNKS, ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
-from mockllm.wire import anthropic_stream
+from mockllm.script.entries import Entry, ThrowEntry
+from mockllm.wire import anthropic_stream, render
 from mockllm.wire.anthropic_request import decode_request
 from mockllm.wire.anthropic_stream import AnthropicStreamDecoder
 from mockllm.wire.dialect import Dialect, Envelope, SSEEvent, StreamDecoder, whole_reply
-from mockllm.wire.reply import Frames, Reply
+from mockllm.wire.render import CallRender, Ended
+from mockllm.wire.reply import Reply
 from mockllm.wire.request import Request
 from mockllm.wire.sse import named_event
 
@@ -168,51 +169,12 @@ class AnthropicMessages(Dialect):
         return None if reply is None else anthropic_stream.body_events(reply)
 
 
-# -- replies --------------------------------------------------------------------------------------
-
 def render_entry(entry: Entry, envelope: Envelope) -> Reply:
     """Answer for one script entry (templates must already be resolved)."""
-    if isinstance(entry, HangEntry):
-        hang = _Message(envelope, list(HANG_CHUNKS))
-        return Reply(200, tuple(hang.frames), None, "hold", (), b"", hold_when_not_streaming=True,
-                     sources=hang.sources)
-    if isinstance(entry, ThrowEntry):
-        return _render_throw_after(entry, envelope) if entry.chunks else _render_throw(entry)
-    return _render_chunks(entry, envelope)
-
-
-def _render_chunks(entry: ChunksEntry, envelope: Envelope) -> Reply:
-    message = _Message(envelope, entry.chunks)
-    finish = message.finish
-    if finish is not None and finish.reason.kind == "error" and finish.reason.error_code == "CONTEXT_WINDOW_EXCEEDED":
-        body = provider_error(context_window_message(finish.reason.error_message), 400)
-        return Reply(400, (), None, "done", (), body, body_status=400)
-    if finish is not None and finish.reason.kind == "aborted":
-        return Reply(200, tuple(message.frames), None, "hold", (), b"", hold_when_not_streaming=True,
-                     sources=message.sources)
-    message.end()
-    return Reply(200, tuple(message.frames), None, "done", (MESSAGE_STOP,), _encode(message.body()),
-                 sources=message.sources)
-
-
-def _render_throw(entry: ThrowEntry) -> Reply:
-    status = throw_status(entry.code, entry.status)
-    return Reply(status, (), None, "error", (), provider_error(entry.message, status), body_status=status)
-
-
-def _render_throw_after(entry: ThrowEntry, envelope: Envelope) -> Reply:
-    status = throw_status(entry.code, entry.status)
-    body = provider_error(entry.message, status)
-    message = _Message(envelope, entry.chunks)
-    frames, sources = tuple(message.frames), message.sources
-    if entry.code == "STREAM_CLOSED":
-        return Reply(200, frames, None, "cut", (), body, body_status=status, sources=sources)
-    return Reply(200, frames, None, "error", (named_event("error", body),), body, body_status=status,
-                 sources=sources)
+    return render.render_entry(_MessageCall, entry, envelope)
 
 
 _WIRE_TYPES = {"text": "text", "reasoning": "thinking", "tool-call": "tool_use"}
-_DELTA_KINDS = {TextDelta: "text", ReasoningDelta: "reasoning", ToolCallDelta: "tool-call"}
 
 
 class _Block:
@@ -246,64 +208,71 @@ def tool_input(arguments: str) -> Any:
         return arguments
 
 
-class _Message:
-    """Walks one call's chunks once, producing its SSE frames and its assembled message."""
+class _MessageCall(CallRender):
+    """One call as Messages stream events and its assembled `message`."""
 
-    def __init__(self, envelope: Envelope, chunks: list[StreamChunk]) -> None:
-        self._envelope = envelope
-        self.finish: FinishChunk | None = None
-        self.usage: TokenUsage | None = None
-        for chunk in chunks:
-            if isinstance(chunk, FinishChunk):
-                self.finish = chunk
-            elif isinstance(chunk, UsageChunk):
-                self.usage = chunk.usage
+    def opening(self, chunks: Sequence[StreamChunk]) -> None:
         self.blocks: list[_Block] = []
         self._wire: dict[int, int] = {}  # recorded block index -> wire index
         self._open: int | None = None  # the wire index of the block being streamed
-        self._identity: dict[int, tuple[str | None, str | None]] = {}  # recorded index -> tool (id, name)
-        start: dict[str, Any] = {"id": envelope.reply_id, "type": "message", "role": "assistant",
-                                 "model": envelope.model, "content": [], "stop_reason": None, "stop_sequence": None,
-                                 "usage": usage_object(self.usage)}
-        self.frames = Frames()  # message_start comes before any chunk: it goes out at once when paced
-        self._event("message_start", {"type": "message_start", "message": start})
-        self._walk(chunks)
-
-    def _walk(self, chunks: list[StreamChunk]) -> None:
-        ended: dict[int, Block] = {c.index: c.block for c in chunks if isinstance(c, BlockEnd)}
-        with_deltas = {c.index for c in chunks if isinstance(c, TextDelta | ReasoningDelta | ToolCallDelta)}
         # A tool call's identity as the client first sees it: its first delta's, gaps filled from its block-end.
-        identity = self._identity
+        identity: dict[int, tuple[str | None, str | None]] = {}  # recorded index -> tool (id, name)
         calls = [(c.index, c.id, c.name) for c in chunks if isinstance(c, ToolCallDelta)]
-        calls += [(i, b.id, b.name) for i, b in ended.items() if b.type == "tool-call"]
+        calls += [(i, b.id, b.name) for i, b in self.ended.items() if b.type == "tool-call"]
         for index, call_id, name in calls:
             old_id, old_name = identity.get(index, (None, None))
             identity[index] = (old_id or call_id, old_name or name)
-        for position, chunk in enumerate(chunks):
-            self.frames.chunk = position  # end()'s frames keep the last chunk: they go out with it
-            if isinstance(chunk, TextDelta | ReasoningDelta):
-                self._delta(chunk.index, _DELTA_KINDS[type(chunk)], chunk.text)
-            elif isinstance(chunk, ToolCallDelta):
-                self._delta(chunk.index, "tool-call", chunk.argumentsDelta)
-            elif isinstance(chunk, BlockStart):
-                if chunk.blockType in _WIRE_TYPES:
-                    self._start(chunk.index, chunk.blockType)
-                if chunk.index not in with_deltas and chunk.index in ended:
-                    # A block recorded with no deltas still reaches the client, as one delta of its content.
-                    self._whole_block(chunk.index, ended[chunk.index])
-            elif isinstance(chunk, BlockEnd):
-                self._stop(chunk.index)
+        self._identity = identity
+        envelope = self.envelope
+        start: dict[str, Any] = {"id": envelope.reply_id, "type": "message", "role": "assistant",
+                                 "model": envelope.model, "content": [], "stop_reason": None, "stop_sequence": None,
+                                 "usage": usage_object(self.usage)}
+        self._event("message_start", {"type": "message_start", "message": start})
 
-    @property
-    def sources(self) -> tuple[int, ...]:
-        return tuple(self.frames.sources)
+    def text(self, chunk: TextDelta) -> None:
+        self._delta(chunk.index, "text", chunk.text)
 
-    def _whole_block(self, index: int, block: Block) -> None:
+    def reasoning(self, chunk: ReasoningDelta) -> None:
+        self._delta(chunk.index, "reasoning", chunk.text)
+
+    def tool_delta(self, chunk: ToolCallDelta) -> None:
+        self._delta(chunk.index, "tool-call", chunk.argumentsDelta)
+
+    def block_start(self, chunk: BlockStart) -> None:
+        if chunk.blockType in _WIRE_TYPES:
+            self._start(chunk.index, chunk.blockType)
+
+    def whole_block(self, start: BlockStart, block: Block) -> None:
         if block.type in ("text", "reasoning"):
-            self._delta(index, block.type, block.text or "")
+            self._delta(start.index, block.type, block.text or "")
         elif block.type == "tool-call":
             arguments = block.arguments if isinstance(block.arguments, str) else _encode(block.arguments).decode()
-            self._delta(index, "tool-call", arguments)
+            self._delta(start.index, "tool-call", arguments)
+
+    def block_end(self, chunk: BlockEnd) -> None:
+        wire = self._wire.get(chunk.index)
+        if wire is not None and wire == self._open:
+            self._close(wire)
+
+    def end(self) -> Ended:
+        """Stop the open block, then `message_delta` (stop reason, output usage); `message_stop` closes."""
+        if self._open is not None:
+            self._close(self._open)
+        self._event("message_delta", {"type": "message_delta",
+                                      "delta": {"stop_reason": stop_reason(self.finish), "stop_sequence": None},
+                                      "usage": output_usage(self.usage)})
+        return None, (MESSAGE_STOP,), _encode(self.body())
+
+    def error_event(self, entry: ThrowEntry, status: int, body: bytes) -> bytes:
+        return named_event("error", body)
+
+    @staticmethod
+    def throw_body(message: str, code: str, status: int) -> bytes:
+        return provider_error(message, status)
+
+    @staticmethod
+    def context_window_body(message: str | None) -> bytes:
+        return provider_error(context_window_message(message), 400)
 
     def _start(self, index: int, kind: str) -> int:
         wire = self._wire.get(index)
@@ -342,11 +311,6 @@ class _Message:
             delta = {"type": "text_delta", "text": text}
         self._event("content_block_delta", {"type": "content_block_delta", "index": wire, "delta": delta})
 
-    def _stop(self, index: int) -> None:
-        wire = self._wire.get(index)
-        if wire is not None and wire == self._open:
-            self._close(wire)
-
     def _close(self, wire: int) -> None:
         if self.blocks[wire].type == "thinking":
             self._event("content_block_delta", {"type": "content_block_delta", "index": wire,
@@ -357,16 +321,8 @@ class _Message:
     def _event(self, name: str, payload: dict[str, Any]) -> None:
         self.frames.append(named_event(name, _encode(payload)))
 
-    def end(self) -> None:
-        """Stop the open block, then `message_delta` (stop reason, output usage); `message_stop` is the closing."""
-        if self._open is not None:
-            self._close(self._open)
-        self._event("message_delta", {"type": "message_delta",
-                                      "delta": {"stop_reason": stop_reason(self.finish), "stop_sequence": None},
-                                      "usage": output_usage(self.usage)})
-
     def body(self) -> dict[str, Any]:
         """The non-streaming `message` for the same call."""
-        return {"id": self._envelope.reply_id, "type": "message", "role": "assistant", "model": self._envelope.model,
+        return {"id": self.envelope.reply_id, "type": "message", "role": "assistant", "model": self.envelope.model,
                 "content": [b.assembled() for b in self.blocks], "stop_reason": stop_reason(self.finish),
                 "stop_sequence": None, "usage": usage_object(self.usage)}

@@ -10,13 +10,13 @@ Requests are read in `chat_request`; a live stream is decoded back into chunks i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
 from mockllm.dsh.chunks import (
     Block,
-    BlockEnd,
     BlockStart,
     FinishChunk,
     ReasoningDelta,
@@ -24,14 +24,14 @@ from mockllm.dsh.chunks import (
     TextDelta,
     TokenUsage,
     ToolCallDelta,
-    UsageChunk,
 )
-from mockllm.script.entries import HANG_CHUNKS, ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
-from mockllm.wire import chat_stream
+from mockllm.script.entries import Entry, ThrowEntry
+from mockllm.wire import chat_stream, render
 from mockllm.wire.chat_request import decode_request
 from mockllm.wire.chat_stream import ChatStreamDecoder
 from mockllm.wire.dialect import Dialect, Envelope, SSEEvent, StreamDecoder, whole_reply
-from mockllm.wire.reply import Frames, Reply
+from mockllm.wire.render import CallRender, Ended
+from mockllm.wire.reply import Reply
 from mockllm.wire.request import Request
 from mockllm.wire.sse import data_event
 
@@ -98,38 +98,7 @@ class ChatCompletions(Dialect):
 
 def render_entry(entry: Entry, envelope: Envelope) -> Reply:
     """Answer for one script entry (templates must already be resolved)."""
-    if isinstance(entry, HangEntry):
-        stream = _Stream(envelope, list(HANG_CHUNKS))
-        return Reply(200, tuple(stream.frames), None, "hold", (), b"", hold_when_not_streaming=True,
-                     sources=stream.sources)
-    if isinstance(entry, ThrowEntry):
-        return _render_throw(entry, envelope)
-    return _render_chunks(entry, envelope)
-
-
-def _render_chunks(entry: ChunksEntry, envelope: Envelope) -> Reply:
-    stream = _Stream(envelope, entry.chunks)
-    finish = stream.finish
-    if finish is not None and finish.reason.kind == "error" and finish.reason.error_code == "CONTEXT_WINDOW_EXCEEDED":
-        message = finish.reason.error_message or "context window exceeded"
-        return Reply(400, (), None, "done", (), error_body(message, "context_length_exceeded", 400), body_status=400)
-    hold = finish is not None and finish.reason.kind == "aborted"
-    return Reply(
-        200, tuple(stream.frames), stream.usage_frame(), "hold" if hold else "done", (DONE,),
-        _encode(stream.completion()), hold_when_not_streaming=hold, sources=stream.sources,
-    )
-
-
-def _render_throw(entry: ThrowEntry, envelope: Envelope) -> Reply:
-    status = throw_status(entry.code, entry.status)
-    body = error_body(entry.message, entry.code, status)
-    if not entry.chunks:
-        return Reply(status, (), None, "error", (), body, body_status=status)
-    stream = _Stream(envelope, entry.chunks)
-    if entry.code == "STREAM_CLOSED":
-        return Reply(200, tuple(stream.frames), None, "cut", (), body, body_status=status, sources=stream.sources)
-    return Reply(200, tuple(stream.frames), None, "error", (data_event(body),), body, body_status=status,
-                 sources=stream.sources)
+    return render.render_entry(_ChatCall, entry, envelope)
 
 
 def finish_reason(finish: FinishChunk) -> str:
@@ -147,58 +116,60 @@ def finish_reason(finish: FinishChunk) -> str:
     return reason.kind.replace("-", "_")
 
 
-class _Stream:
-    """Walks one call's chunks once, producing its SSE frames and its assembled completion."""
+class _ChatCall(CallRender):
+    """One call as `chat.completion.chunk` events and its assembled `chat.completion`."""
 
-    def __init__(self, envelope: Envelope, chunks: list[StreamChunk]) -> None:
+    def opening(self, chunks: Sequence[StreamChunk]) -> None:
+        envelope = self.envelope
         # Every chunk's JSON opens with the same fields: encoded once per reply.
         self._prefix = (
             b'{"id":' + _encode(envelope.reply_id) + b',"object":"chat.completion.chunk","created":'
             + _encode(envelope.created) + b',"model":' + _encode(envelope.model) + b","
         )
-        self._envelope = envelope
-        self.frames = Frames()
-        self.finish: FinishChunk | None = None
-        self.usage: TokenUsage | None = None
         self._role_sent = False
         self._content: list[str] = []
         self._reasoning: list[str] = []
         self._tool_calls: dict[int, dict[str, Any]] = {}  # block index -> assembled call, in call order
-        self._walk(chunks)
 
-    def _walk(self, chunks: list[StreamChunk]) -> None:
-        ended: dict[int, Block] = {c.index: c.block for c in chunks if isinstance(c, BlockEnd)}
-        with_deltas = {c.index for c in chunks if isinstance(c, TextDelta | ReasoningDelta | ToolCallDelta)}
-        for position, chunk in enumerate(chunks):
-            self.frames.chunk = position
-            if isinstance(chunk, TextDelta):
-                self._text(chunk.text)
-            elif isinstance(chunk, ReasoningDelta):
-                self._reasoning_text(chunk.text)
-            elif isinstance(chunk, ToolCallDelta):
-                name = chunk.name if chunk.name is not None else getattr(ended.get(chunk.index), "name", None)
-                self._tool_fragment(chunk.index, chunk.id, name, chunk.argumentsDelta)
-            elif isinstance(chunk, BlockStart) and chunk.index not in with_deltas and chunk.index in ended:
-                # A block recorded with no deltas still reaches the client, as one delta of its content.
-                self._whole_block(chunk.index, ended[chunk.index])
-            elif isinstance(chunk, UsageChunk):
-                self.usage = chunk.usage
-            elif isinstance(chunk, FinishChunk):
-                self.finish = chunk
-                self._emit({}, finish_reason(chunk))
+    def text(self, chunk: TextDelta) -> None:
+        self._text(chunk.text)
 
-    @property
-    def sources(self) -> tuple[int, ...]:
-        return tuple(self.frames.sources)
+    def reasoning(self, chunk: ReasoningDelta) -> None:
+        self._reasoning_text(chunk.text)
 
-    def _whole_block(self, index: int, block: Block) -> None:
+    def tool_delta(self, chunk: ToolCallDelta) -> None:
+        name = chunk.name if chunk.name is not None else getattr(self.ended.get(chunk.index), "name", None)
+        self._tool_fragment(chunk.index, chunk.id, name, chunk.argumentsDelta)
+
+    def finish_chunk(self, chunk: FinishChunk) -> None:
+        self._emit({}, finish_reason(chunk))
+
+    def whole_block(self, start: BlockStart, block: Block) -> None:
         if block.type == "text":
             self._text(block.text or "")
         elif block.type == "reasoning":
             self._reasoning_text(block.text or "")
         elif block.type == "tool-call":
             arguments = block.arguments if isinstance(block.arguments, str) else _encode(block.arguments).decode()
-            self._tool_fragment(index, block.id, block.name, arguments)
+            self._tool_fragment(start.index, block.id, block.name, arguments)
+
+    def end(self) -> Ended:
+        return self.usage_frame(), (DONE,), _encode(self.completion())
+
+    def held(self) -> Ended:
+        # The usage frame still goes out before the hold when the client asked for usage.
+        return self.end()
+
+    def error_event(self, entry: ThrowEntry, status: int, body: bytes) -> bytes:
+        return data_event(body)
+
+    @staticmethod
+    def throw_body(message: str, code: str, status: int) -> bytes:
+        return error_body(message, code, status)
+
+    @staticmethod
+    def context_window_body(message: str | None) -> bytes:
+        return error_body(message or "context window exceeded", "context_length_exceeded", 400)
 
     def _text(self, text: str) -> None:
         self._content.append(text)
@@ -249,8 +220,8 @@ class _Stream:
         elif message["content"] is None:
             message["content"] = ""
         out: dict[str, Any] = {
-            "id": self._envelope.reply_id, "object": "chat.completion", "created": self._envelope.created,
-            "model": self._envelope.model,
+            "id": self.envelope.reply_id, "object": "chat.completion", "created": self.envelope.created,
+            "model": self.envelope.model,
             "choices": [{"index": 0, "message": message, "logprobs": None,
                          "finish_reason": finish_reason(self.finish) if self.finish else None}],
         }
