@@ -34,7 +34,8 @@ from mockllm.record.tree import Caller, Failed, Lineage, SessionTree
 from mockllm.replay.conversations import ConversationIndex
 from mockllm.replay.routing import calling_session, header_session
 from mockllm.wire import DEFAULT, DIALECTS
-from mockllm.wire.dialect import Dialect, Request, StreamDecoder
+from mockllm.wire.dialect import Dialect, StreamDecoder
+from mockllm.wire.request import Request
 from mockllm.wire.sse_reader import Event, SSEReader
 
 log = logging.getLogger("mockllm.record.command")

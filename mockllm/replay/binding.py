@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from mockllm.options import RunSettings
 from mockllm.replay.divergence import Comparison, compare, live_inputs
 from mockllm.scenario.load import Scenario
-from mockllm.wire.dialect import Request
+from mockllm.wire.request import Request
 
 
 @dataclass(slots=True)

@@ -23,7 +23,7 @@ from typing import NamedTuple
 from mockllm.replay.normalize import Mask, masked
 from mockllm.script.inputs import Input
 from mockllm.script.templates import CWD
-from mockllm.wire.dialect import Message
+from mockllm.wire.request import Message
 
 SHOWN = 160  # characters of expected/got a report shows
 

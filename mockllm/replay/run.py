@@ -48,7 +48,8 @@ from mockllm.replay.report import FaultServed, Notice, PacingNote
 from mockllm.replay.routing import calling_session
 from mockllm.scenario.load import Scenario, SessionScript
 from mockllm.script.entries import HangEntry
-from mockllm.wire.dialect import Dialect, Message, Request
+from mockllm.wire.dialect import Dialect
+from mockllm.wire.request import Message, Request
 
 log = logging.getLogger("mockllm")
 
