@@ -7,6 +7,7 @@ from __future__ import annotations
 from mockllm.wire.anthropic import AnthropicMessages
 from mockllm.wire.chat import ChatCompletions, models_body
 from mockllm.wire.dialect import Dialect
+from mockllm.wire.gemini import Gemini
 from mockllm.wire.ollama import Ollama
 from mockllm.wire.responses import Responses
 
@@ -15,6 +16,6 @@ CHAT = ChatCompletions()
 DEFAULT: Dialect = CHAT
 
 # Served under every base root (`/`, `/scenarios/{name}`, `/runs/{run}`), in this order.
-DIALECTS: tuple[Dialect, ...] = (CHAT, AnthropicMessages(), Responses(), Ollama())
+DIALECTS: tuple[Dialect, ...] = (CHAT, AnthropicMessages(), Responses(), Gemini(), Ollama())
 
 __all__ = ["CHAT", "DEFAULT", "DIALECTS", "Dialect", "models_body"]

@@ -164,11 +164,11 @@ class _OllamaCall(WholeCallRender):
         self._content: list[str] = []
         self._thinking: list[str] = []
 
-    def text_text(self, text: str) -> None:
+    def text_text(self, index: int, text: str) -> None:
         self._content.append(text)
         self._line({"role": "assistant", "content": text})
 
-    def reasoning_text(self, text: str) -> None:
+    def reasoning_text(self, index: int, text: str) -> None:
         self._thinking.append(text)
         self._line({"role": "assistant", "content": "", "thinking": text})
 

@@ -63,10 +63,10 @@ class WholeCallRender(CallRender):
         super().__init__(envelope, chunks)
 
     def text(self, chunk: TextDelta) -> None:
-        self.text_text(chunk.text)
+        self.text_text(chunk.index, chunk.text)
 
     def reasoning(self, chunk: ReasoningDelta) -> None:
-        self.reasoning_text(chunk.text)
+        self.reasoning_text(chunk.index, chunk.text)
 
     def tool_delta(self, chunk: ToolCallDelta) -> None:
         self._call(chunk.index, chunk.id, chunk.name).parts.append(chunk.argumentsDelta)
@@ -78,9 +78,9 @@ class WholeCallRender(CallRender):
                 block.arguments).decode()
             self._call(start.index, block.id, block.name).parts.append(arguments)
         elif block.type == "reasoning":
-            self.reasoning_text(block.text or "")
+            self.reasoning_text(start.index, block.text or "")
         elif block.type == "text":
-            self.text_text(block.text or "")
+            self.text_text(start.index, block.text or "")
 
     def block_end(self, chunk: BlockEnd) -> None:
         call = self._calls.get(chunk.index)
@@ -115,12 +115,12 @@ class WholeCallRender(CallRender):
         self.send_call(call)
 
     @abstractmethod
-    def text_text(self, text: str) -> None:
-        """One text delta's frame."""
+    def text_text(self, index: int, text: str) -> None:
+        """One text delta's frame (`index`: its recorded block)."""
 
     @abstractmethod
-    def reasoning_text(self, text: str) -> None:
-        """One reasoning delta's frame."""
+    def reasoning_text(self, index: int, text: str) -> None:
+        """One reasoning delta's frame (`index`: its recorded block)."""
 
     @abstractmethod
     def send_call(self, call: WholeCall) -> None:
