@@ -102,8 +102,12 @@ class _RunInfo:
         self.id: str = body["run"]
         self.scenario = scenario
         self.base_url: str = body["base_url"]  # ends in /v1: an OpenAI client's base_url
-        # The Anthropic SDK adds /v1 itself: its base_url is the run's base without it.
-        self.anthropic_base_url: str = self.base_url.removesuffix("/v1")
+        # The base without /v1, for every client that adds its own version path: google-genai's
+        # base_url (it adds /v1beta or /v1) and the ollama client's host (it adds /api). One name
+        # for all of them, since it is one address: a client's name would only repeat it.
+        self.root_url: str = self.base_url.removesuffix("/v1")
+        # The Anthropic SDK adds /v1 itself: its base_url is the root too (named before root_url was).
+        self.anthropic_base_url: str = self.root_url
         self._admin = f"{server_url}/_mockllm/runs/{self.id}"
         self._final: RunReport | None = None
 

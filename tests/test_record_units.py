@@ -16,7 +16,7 @@ from mockllm.record.events import SessionEvents
 from mockllm.record.redact import MASK, Redactor, redact_chunks
 from mockllm.record.tree import SessionTree
 from mockllm.script.inputs import recorded_inputs
-from mockllm.wire.dialect import Message, ToolCall
+from mockllm.wire.request import Message, ToolCall
 from mockllm.wire.sse_reader import SSEReader
 
 STREAM = b'data: {"a":1}\r\n\r\nevent: x\ndata: {"b":2}\ndata: {"c":3}\n\n: keep-alive\n\ndata: [DONE]\n\n'

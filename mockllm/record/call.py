@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from mockllm.dsh.chunks import Block, BlockEnd, FinishChunk, FinishReason, StreamChunk
 from mockllm.replay.divergence import live_inputs
 from mockllm.script.inputs import Input
-from mockllm.wire.dialect import Message, messages_after_last_assistant
+from mockllm.wire.request import Message, messages_after_last_assistant
 
 
 @dataclass(frozen=True, slots=True)

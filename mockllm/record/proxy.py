@@ -1,11 +1,14 @@
 """The record-mode proxy: forwards each model call to the upstream, streams its answer back to the
 client as it arrives, and hands what it saw to the session tree.
 
-Every registered dialect's route is served under `/v1` and forwarded to the upstream base plus the
-same path. Each upstream piece is written to the client the moment it arrives (no buffering:
-recording reads a copy of the bytes, it never holds them back), and is fed to the dialect's stream
-decoder with its arrival time. The call is recorded when it ends. Other `/v1/...` requests
-(`GET /v1/models`, ...) are forwarded and not recorded.
+Every registered dialect's routes are served at the proxy's root, as under a replay base root
+(`/v1/chat/completions`, `/v1beta/models/{model}:…`, `/api/chat`), and forwarded to the upstream:
+a path under `/v1` to the upstream base (`/v1` included) plus the rest of the path, any other path
+to the upstream base without its `/v1` plus the whole path. Each upstream piece is written to the
+client the moment it arrives (no buffering: recording reads a copy of the bytes, it never holds
+them back), and is fed to the dialect's stream decoder (its events split by the dialect's frame
+reader: SSE, NDJSON) with its arrival time. The call is recorded when it ends. Other requests
+(`GET /v1/models`, Ollama's `/api/tags`, ...) are forwarded and not recorded.
 
 Headers: the client's headers go upstream as they came (hop-by-hop ones aside), mockllm's own
 included: an upstream that is itself a mockllm (replaying a tree while a new one is recorded)
@@ -34,8 +37,9 @@ from mockllm.record.tree import Caller, Failed, Lineage, SessionTree
 from mockllm.replay.conversations import ConversationIndex
 from mockllm.replay.routing import calling_session, header_session
 from mockllm.wire import DEFAULT, DIALECTS
-from mockllm.wire.dialect import Dialect, Request, StreamDecoder, system_text
-from mockllm.wire.sse_reader import Event, SSEReader
+from mockllm.wire.dialect import Dialect, StreamDecoder
+from mockllm.wire.request import Request, system_text
+from mockllm.wire.sse_reader import Event
 
 log = logging.getLogger("mockllm.record.command")
 
@@ -58,6 +62,7 @@ class Recorder:
         self.tree = tree
         self.session_headers = session_headers  # options.session_header_names(): lowercased, in lookup order
         self.upstream = upstream.rstrip("/")
+        self.upstream_root = self.upstream.removesuffix("/v1")  # for routes beside /v1 (Gemini, Ollama)
         self.client = client
         self._conversations = ConversationIndex()
         self._headerless: dict[str, str] = {}  # conversation live id -> recorded session id
@@ -79,10 +84,10 @@ class Recorder:
         neutral: Request | None = None
         if dialect is not None:
             try:
-                neutral = dialect.decode_request(body)
+                neutral = dialect.decode_routed(body, request.match_info)
             except RequestError as exc:
                 log.warning("%s: not recorded: %s", request.path, exc)
-        url = self.upstream + request.path_qs[len("/v1"):]
+        url = self.upstream_url(request.path_qs)
         started = now_ms()
         # Routed and numbered as it arrives, before it is forwarded: the order answers end in must
         # not decide which session a request joins, nor the order of sessions in the tree.
@@ -114,7 +119,7 @@ class Recorder:
                 failed = _failure(upstream.status, response.body if isinstance(response.body, bytes) else b"")
                 self.tree.record_failure(caller, call, failed)
                 return response
-            if neutral.stream and upstream.content_type == "text/event-stream":
+            if neutral.stream and upstream.content_type == _media_type(dialect.stream_type):
                 return await self._stream(request, upstream, dialect, caller, call)
             response = await _relay(request, upstream)
             events = dialect.body_events(response.body if isinstance(response.body, bytes) else b"")
@@ -128,6 +133,13 @@ class Recorder:
             call.chunks.extend(TimedChunk(end, c) for c in decoder.close())
             self.tree.record(caller, call)
             return response
+
+    def upstream_url(self, path_qs: str) -> str:
+        """Where a path of the proxy goes upstream: under `/v1`, the upstream base plus the rest;
+        beside it (`/v1beta/…`, `/api/…`), the upstream base without its `/v1` plus the whole path."""
+        if path_qs == "/v1" or path_qs.startswith(("/v1/", "/v1?")):
+            return self.upstream + path_qs[len("/v1"):]
+        return self.upstream_root + path_qs
 
     def _caller(self, headers: Mapping[str, str], request: Request) -> Caller:
         """A `--side-route` model's side route (no session routing at all, as replay serves it), else
@@ -143,7 +155,7 @@ class Recorder:
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
                                       headers=_returned(upstream.headers))
         decoder = dialect.stream_decoder()
-        reader = SSEReader()
+        reader = dialect.frame_reader()
         outcome = "done"
         try:
             await response.prepare(request)
@@ -184,6 +196,11 @@ class Recorder:
             self._replies[decoder.reply_id] = caller.session
 
 
+def _media_type(content_type: str) -> str:
+    """`text/event-stream; charset=utf-8` -> `text/event-stream`, as aiohttp reads a response's type."""
+    return content_type.partition(";")[0].strip().lower()
+
+
 def _offers_tools(request: Request) -> bool:
     """Whether the request offers any tool, without decoding its (often large) tool definitions."""
     raw = request.raw_tools
@@ -217,22 +234,28 @@ async def _relay(request: web.Request, upstream: aiohttp.ClientResponse) -> web.
 
 
 def _failure(status: int, body: bytes) -> Failed:
-    """An error answer's message and code, from `{"error":{"message","code"|"type"}}` (OpenAI, Anthropic)."""
+    """An error answer's message and code, from `{"error":{"message","code"|"type"}}` (OpenAI,
+    Anthropic), `{"error":{"code":404,"message","status":"NOT_FOUND"}}` (Gemini: its status name is
+    the code) or `{"error":"message"}` (Ollama: no code)."""
     error: Any = None
     with contextlib.suppress(msgspec.DecodeError, AttributeError):
         error = msgspec.json.decode(body).get("error")
+    if isinstance(error, str) and error:
+        return Failed(status, error, f"HTTP_{status}")
     if not isinstance(error, dict):
         text = body.decode("utf-8", "replace").strip()
         return Failed(status, text or f"HTTP {status}", f"HTTP_{status}")
-    code = error.get("code") or error.get("type")
+    code = error.get("status") if isinstance(error.get("status"), str) else None
+    code = code or error.get("code") or error.get("type")
     return Failed(status, str(error.get("message") or f"HTTP {status}"), str(code) if code else f"HTTP_{status}")
 
 
 def create_app(recorder: Recorder) -> web.Application:
     app = web.Application(client_max_size=1024**3)
     for dialect in DIALECTS:
-        app.router.add_post("/v1" + dialect.path, _handler(recorder, dialect))
-    app.router.add_route("*", "/v1/{tail:.*}", _handler(recorder, None))
+        for route in dialect.routes:
+            app.router.add_post(route, _handler(recorder, dialect))
+    app.router.add_route("*", "/{tail:.*}", _handler(recorder, None))
     return app
 
 

@@ -12,7 +12,7 @@ from mockllm.replay.binding import Binding
 from mockllm.replay.conversations import ConversationIndex
 from mockllm.scenario.load import Scenario, SessionScript
 from mockllm.scenario.side_routes import SideRoute
-from mockllm.wire.dialect import Message, Request
+from mockllm.wire.request import Message, Request
 
 
 def exhausted(run_id: str, scenario: Scenario, session: SessionScript, live_id: str, call: int,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from mockllm.options import RunSettings
 from mockllm.replay.divergence import Comparison, compare, live_inputs, same_text
 from mockllm.scenario.load import Scenario
-from mockllm.wire.dialect import Request, system_text
+from mockllm.wire.request import Request, system_text
 
 
 @dataclass(slots=True)

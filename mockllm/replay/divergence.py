@@ -25,7 +25,7 @@ from mockllm.replay.normalize import Mask, masked
 from mockllm.scenario.load import Scenario
 from mockllm.script.inputs import Input
 from mockllm.script.templates import CWD
-from mockllm.wire.dialect import Message, Request
+from mockllm.wire.request import Message, Request
 
 SHOWN = 160  # characters of expected/got a report shows
 
@@ -79,9 +79,10 @@ class Mismatch(NamedTuple):
 def compare(recorded: Sequence[Input], live: Sequence[Input], how: Comparison) -> Mismatch | None:
     """The first input that differs, or None when they agree (the cheap check; `describe` says how).
 
-    User messages are compared in order. Tool results for calls the recorded model made are
-    matched by tool-call id, as a set: parallel tool calls finish in any order, and the replay
-    served the recorded ids. Results for ids the model never made (a framework's own hand-back
+    User messages are compared in order. Where a request's tool results carry no call ids (a wire
+    without them: Ollama), all tool results are compared by position. Otherwise results for calls
+    the recorded model made are matched by tool-call id, as a set: parallel tool calls finish in
+    any order, and the replay served the recorded ids. Results for ids the model never made (a framework's own hand-back
     call, with a fresh id every run) are matched among themselves by position, ids ignored.
     """
     users = [i for i in recorded if i.role == "user"], [i for i in live if i.role == "user"]
@@ -90,6 +91,11 @@ def compare(recorded: Sequence[Input], live: Sequence[Input], how: Comparison) -
         have = users[1][number] if number < len(users[1]) else None
         if want is None or have is None or not _same_text(want, have, how):
             return Mismatch(_user_name(number, len(users[0] or users[1])), want, have)
+    if any(i.role == "tool" and i.tool_call_id is None for i in live):
+        # The wire carries no tool-call ids (Ollama's official client sends none back): every result
+        # is matched by position, in the order the recorded model called (and the agent answers).
+        return _by_position([i for i in recorded if i.role == "tool"], [i for i in live if i.role == "tool"],
+                            "tool result {} (no call ids on the wire)", how)
     ours = {i.tool_call_id: i for i in live if i.role == "tool" and i.tool_call_id in how.model_ids}
     for want in recorded:
         if want.role == "tool" and want.tool_call_id in how.model_ids:
@@ -98,13 +104,18 @@ def compare(recorded: Sequence[Input], live: Sequence[Input], how: Comparison) -
                 return Mismatch(want.describe(), want, have)
     for have in ours.values():  # a result for a model call the recording answered no result for
         return Mismatch(have.describe(), None, have)
-    theirs = ([i for i in recorded if i.role == "tool" and i.tool_call_id not in how.model_ids],
-              [i for i in live if i.role == "tool" and i.tool_call_id not in how.model_ids])
-    for number in range(max(len(theirs[0]), len(theirs[1]))):
-        want = theirs[0][number] if number < len(theirs[0]) else None
-        have = theirs[1][number] if number < len(theirs[1]) else None
+    return _by_position([i for i in recorded if i.role == "tool" and i.tool_call_id not in how.model_ids],
+                        [i for i in live if i.role == "tool" and i.tool_call_id not in how.model_ids],
+                        "framework-made tool result {} (ids ignored)", how)
+
+
+def _by_position(recorded: Sequence[Input], live: Sequence[Input], name: str, how: Comparison) -> Mismatch | None:
+    """The first of two lists of tool results that differs, matched by position (`name` says which)."""
+    for number in range(max(len(recorded), len(live))):
+        want = recorded[number] if number < len(recorded) else None
+        have = live[number] if number < len(live) else None
         if want is None or have is None or not _same_text(want, have, how):
-            return Mismatch(f"framework-made tool result {number + 1} (ids ignored)", want, have)
+            return Mismatch(name.format(number + 1), want, have)
     return None
 
 

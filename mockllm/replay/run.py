@@ -41,7 +41,8 @@ from mockllm.replay.retries import digest, fault_headers, retry_count
 from mockllm.replay.routing import calling_session
 from mockllm.scenario.load import Scenario, SessionScript
 from mockllm.script.entries import HangEntry
-from mockllm.wire.dialect import Dialect, Request
+from mockllm.wire.dialect import Dialect
+from mockllm.wire.request import Request
 
 log = logging.getLogger("mockllm")
 

@@ -2,9 +2,11 @@
 
 Addresses (DESIGN.md §3): `/scenarios/{name}/v1/…` (the scenario's default run), `/runs/{run}/v1/…`
 (a run made with `POST /_mockllm/runs`), `/v1/…` when exactly one scenario is loaded, and the
-admin endpoints and the inspector (`server/inspector.py`) under `/_mockllm/`. Under each base
-every registered wire dialect has its route; this module names none of them. A model route's
-handler finds the run, reads and decodes the body, asks the run what the call gets
+admin endpoints and the inspector (`server/inspector.py`) under `/_mockllm/`. Every registered wire
+dialect has its routes under each base root (the base without `/v1`: `/scenarios/{name}`,
+`/runs/{run}`, the server's root), since not every API lives under `/v1` (Gemini's `/v1beta/…`,
+Ollama's `/api/…`); this module names none of them. A model route's handler finds the run, reads
+and decodes the body (with the route's path parameters), asks the run what the call gets
 (`Run.answer`), and writes that outcome; an open inspector page hears of it (`events.Hub`).
 """
 
@@ -30,7 +32,7 @@ from mockllm.server.inspector import Inspector
 from mockllm.server.mock_errors import mock_error
 from mockllm.server.streaming import OutcomeWriter, Pacer
 from mockllm.wire import DEFAULT, DIALECTS
-from mockllm.wire.dialect import Dialect
+from mockllm.wire.dialect import Dialect, InfoRoute
 from mockllm.wire.models import ANTHROPIC_VERSION, models_body
 
 log = logging.getLogger("mockllm")
@@ -102,7 +104,7 @@ class MockServer:
         if body is None:
             return mock_error(413, "request_too_large", f"request body over {self.max_body} bytes", dialect=dialect)
         try:
-            call = dialect.decode_request(body)
+            call = dialect.decode_routed(body, request.match_info)
         except RequestError as exc:
             return mock_error(400, "invalid_request", f"run {run.id}: {exc}", dialect=dialect)
         session = header_session(request.headers, self.session_headers)
@@ -129,6 +131,20 @@ class MockServer:
             return run
         return web.Response(body=models_body(self.runs.catalogs[run.scenario.name].model, request.headers),
                             content_type="application/json")
+
+    def info_route(self, dialect: Dialect, info: InfoRoute) -> Handler:
+        """The handler of one of `dialect`'s info routes (a model listing): answered from the scenario."""
+
+        async def answer(request: web.Request) -> web.StreamResponse:
+            run = self._run_for(request, dialect)
+            if not isinstance(run, Run):
+                return run
+            body = await read_body(request, self.max_body) if request.can_read_body else b""
+            models = [self.runs.catalogs[run.scenario.name].model, *(r.model for r in run.scenario.side_routes)]
+            status, payload = info.answer(models, body or b"")
+            return web.Response(status=status, body=payload, content_type="application/json")
+
+        return answer
 
     async def count_tokens(self, request: web.Request) -> web.Response:
         """`POST …/v1/messages/count_tokens`: a recorded count for an equal request, else a 404 in
@@ -158,10 +174,13 @@ class MockServer:
         self.hub.close()
 
 
-BASES = ("/scenarios/{name}/v1", "/runs/{run}/v1", "/v1")
+# Base roots: a dialect's routes are under each (OpenAI's and Anthropic's under its `/v1`).
+ROOTS = ("/scenarios/{name}", "/runs/{run}", "")
+BASES = tuple(root + "/v1" for root in ROOTS)
 COUNT_TOKENS = "/messages/count_tokens"  # beside Anthropic's model route, under every base
 ANTHROPIC = next(d for d in DIALECTS if d.name == "anthropic")
 _UNDER_BASE = re.compile(r"^(/scenarios/[^/]+/v1|/runs/[^/]+/v1|/v1)(/.*)?$")
+_UNDER_ROOT = re.compile(r"^(/scenarios/[^/]+|/runs/[^/]+)?(/.*)$")
 
 
 def _is_websocket(request: web.Request) -> bool:
@@ -174,29 +193,42 @@ def _upgrade_required(request: web.Request, dialect: Dialect) -> web.Response:
                       {"Upgrade": "HTTP/1.1"}, dialect=dialect)
 
 
-def _dialect_of(rest: str, headers: Mapping[str, str]) -> Dialect:
-    """The dialect whose errors a path under a base gets: the one whose route it extends (Anthropic's
-    `/messages/…`), an Anthropic client's by its header, else the default (OpenAI's)."""
+def _dialect_of(path: str, headers: Mapping[str, str]) -> Dialect:
+    """The dialect whose errors a path gets: the one whose routes it extends (Anthropic's
+    `/v1/messages/…`, Ollama's `/api/…`), an Anthropic client's by its header, else the default (OpenAI's)."""
+    under = _UNDER_ROOT.match(path)
+    rest = under.group(2) if under is not None else path
     for dialect in DIALECTS:
-        if rest.startswith(dialect.path):
+        if any(rest.startswith(_literal(prefix)) for prefix in dialect.prefixes):
             return dialect
     return ANTHROPIC if ANTHROPIC_VERSION in headers else DEFAULT
+
+
+def _literal(route: str) -> str:
+    """A route's fixed head, before its first path parameter."""
+    return route.partition("{")[0]
 
 
 async def _unknown_path(request: web.Request) -> web.Response:
     under = _UNDER_BASE.match(request.path)
     if under is None:
         return mock_error(404, "unknown_path", f"no endpoint at {request.path}: the model API is under "
-                          "/scenarios/NAME/v1, /runs/RUN/v1 or (one scenario loaded) /v1",
-                          dialect=ANTHROPIC if ANTHROPIC_VERSION in request.headers else DEFAULT)
+                          "/scenarios/NAME/v1, /runs/RUN/v1 or (one scenario loaded) /v1; clients that add "
+                          "their own version path (Anthropic, Gemini, Ollama) take the base without /v1",
+                          dialect=_dialect_of(request.path, request.headers))
     base, rest = under.group(1), under.group(2) or ""
-    served = ", ".join([*(f"POST {base}{d.path}" for d in DIALECTS), f"GET {base}/models",
-                        f"POST {base}{COUNT_TOKENS}"])
+    root = base.removesuffix("/v1")
+    # The routes under /v1 first, then the ones beside it (Gemini's /v1beta, Ollama's /api).
+    routes = [(d, route) for d in DIALECTS for route in d.routes]
+    served = ", ".join([*(f"POST {root}{r}" for d, r in routes if r == "/v1" + d.path),
+                        f"GET {base}/models", f"POST {base}{COUNT_TOKENS}",
+                        *(f"POST {root}{r}" for d, r in routes if r != "/v1" + d.path),
+                        *(f"{i.method} {root}{i.path}" for d in DIALECTS for i in d.info_routes)])
     message = f"no endpoint at {request.path}; under {base} mockllm serves {served}"
     if rest.startswith("/v1/"):
         message += (f". A client that adds /v1 itself (the Anthropic SDK) takes the base without it: "
                     f"{base.removesuffix('/v1') or '/'}")
-    return mock_error(404, "unknown_path", message, dialect=_dialect_of(rest, request.headers))
+    return mock_error(404, "unknown_path", message, dialect=_dialect_of(request.path, request.headers))
 
 
 def _not_allowed(allowed: str, dialect: Dialect = DEFAULT) -> Handler:
@@ -233,9 +265,13 @@ def create_app(suite: Suite, options: ServeOptions | None = None) -> web.Applica
     app = web.Application(client_max_size=server.max_body)
     app[SERVER_KEY] = server
     app.on_shutdown.append(server.release_held)
-    for base in BASES:
+    for root in ROOTS:
         for dialect in DIALECTS:
-            _add_routes(app, base + dialect.path, {"POST": server.model_route(dialect)}, dialect)
+            for route in dialect.routes:
+                _add_routes(app, root + route, {"POST": server.model_route(dialect)}, dialect)
+            for info in dialect.info_routes:
+                _add_routes(app, root + info.path, {info.method: server.info_route(dialect, info)}, dialect)
+        base = root + "/v1"
         _add_routes(app, base + COUNT_TOKENS, {"POST": server.count_tokens}, ANTHROPIC)
         _add_routes(app, base + "/models", {"GET": server.models})
     admin = server.admin
