@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+import mockllm
 from tests.agent_teams import Outcome, Pauses, Team, openai_client, pause, record_team, replay_team
 from tests.scripted_llm import fact
 
@@ -91,3 +92,18 @@ async def test_agents_as_tools_replay_exactly_and_cleanly(tmp_path, api, prompt,
     assert len(chained) == (api == "responses-chained"), "only the chained coordinator's second call continues"
     assert [(s.kind, len(s.entries)) for s in recorded.scenario.sessions] == [("primary", 2)] + [("spawn", 1)] * 3
     await replay_team(what, out, recorded.outcome)
+
+
+async def test_a_real_divergence_fails_the_run_with_a_readable_diff(tmp_path):
+    """The other side of "clean": the same team asked about another city replays what it can, and the
+    run fails by default, saying where and how the request differed."""
+    out = tmp_path / "coordinator"
+    recorded = await record_team(team("chat", A_CITY_EACH[0]), out)
+    async with mockllm.AsyncServer(out) as server, await server.run(out.name) as run:
+        await team("chat", "Topics: Oslo, Rome, Peru")(run.base_url.removesuffix("/v1"), None)
+        with pytest.raises(mockllm.RunNotClean) as failed:
+            await run.assert_consumed()
+    message = str(failed.value)
+    assert "session.jsonl" in message and "call 1, the last user message" in message
+    assert "[-Lima][+Peru]" in message, message
+    assert "Lima" in recorded.outcome.final
