@@ -8,6 +8,7 @@ header-less routing with `functionResponse` tool results, golden bytes and the d
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -293,3 +294,24 @@ def _shape(chunks: Any) -> list[Any]:
         elif isinstance(chunk, FinishChunk):
             out.append(chunk.reason.kind)
     return out
+
+
+async def test_a_side_route_is_chosen_by_the_model_in_the_path(serve, tmp_path):
+    """Gemini names the model in the path, not the body: side routes still go by it."""
+    folder = write_sessions(tmp_path / "titled", {"p": [text_call("MAIN ONE"), text_call("MAIN TWO")]})
+    (folder / "title.json").write_text(json.dumps([{"kind": "chunks", "chunks": [
+        {"type": "block-start", "index": 0, "blockType": "text"}, {"type": "text-delta", "index": 0, "text": "A title"},
+        {"type": "finish", "reason": {"kind": "stop"}}]}]))
+    route = {"model": "gemini-lite", "script": "title.json"}
+    (folder / "mockllm.json").write_text(json.dumps({"side_routes": [route]}))
+    server = await serve(folder)
+    run, base = await new_run(server.base_url, "titled")
+    sdk = client(root(base), {"x-mockllm-session": "p"})
+
+    async def say(model: str) -> str:
+        return (await sdk.aio.models.generate_content(model=model, contents="go")).text or ""
+
+    assert [await say("gemini-m"), await say("gemini-lite"), await say("gemini-m")] == ["MAIN ONE", "A title",
+                                                                                       "MAIN TWO"]
+    status, report = await http("DELETE", f"{server.base_url}/_mockllm/runs/{run}")
+    assert status == 200 and isinstance(report, dict) and report["consumed"] is True

@@ -8,6 +8,7 @@ bytes and the stream decoder's round trip.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -321,3 +322,15 @@ def _shape(chunks: Any) -> list[tuple[str, str]]:
         out.append(("usage", f"{u.inputTokens + (u.cacheReadTokens or 0)} {u.outputTokens}"))
     out.append(("finish", kinds[-1] if kinds else "none"))
     return out
+
+
+async def test_pace_spaces_ndjson_lines(serve, tmp_path):
+    """`--pace MS` puts MS between events: an Ollama line is an event."""
+    server = await serve(write_sessions(tmp_path / "one", {"p": [text_call("one two three four five")]}), pace="40")
+    _, base = await new_run(server.base_url, "one")
+    arrived: list[float] = []
+    loop = asyncio.get_running_loop()
+    async for _ in await client(root(base)).chat(model="m", messages=[user("task of p")], stream=True):
+        arrived.append(loop.time())
+    assert len(arrived) >= 4
+    assert arrived[-1] - arrived[0] >= 0.04 * (len(arrived) - 1) * 0.8

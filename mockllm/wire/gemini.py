@@ -151,6 +151,10 @@ class Gemini(Dialect):
         return [(None, body.strip())] if body.strip().startswith(b"{") else None
 
 
+_EVENT_HEAD = b'data: {"candidates":[{"content":{"parts":['
+_EVENT_MIDDLE = b'],"role":"model"},"index":0}]'
+
+
 class _GeminiCall(WholeCallRender):
     """One call as `GenerateContentResponse` SSE events and its whole answer."""
 
@@ -209,8 +213,8 @@ class _GeminiCall(WholeCallRender):
         part["text"] += text
 
     def _event(self, part: dict[str, Any]) -> None:
-        candidate = {"content": {"parts": [part], "role": "model"}, "index": 0}
-        self.frames.append(data_event(b'{"candidates":[' + _encode(candidate) + b"]" + self._suffix + b"}"))
+        # Only the part varies: the envelope around it is bytes, not a dict encoded every event.
+        self.frames.append(_EVENT_HEAD + _encode(part) + _EVENT_MIDDLE + self._suffix + b"}\n\n")
 
     def body(self, reason: str | None) -> dict[str, Any]:
         """The non-streaming `GenerateContentResponse` for the same call."""
