@@ -30,7 +30,7 @@ from mockllm.replay.report import RunReport
 from mockllm.scenario.load import Scenario, load_scenario
 from tests.scripted_llm import ScriptedLLM
 
-REPLAYS = 8
+REPLAYS = 6
 MAX_PAUSE = 0.03
 # Every call is plain HTTP on loopback; an SDK client that verifies TLS loads the CA bundle when it
 # is made (~0.1 s of CPU), and a team makes a client per run.
