@@ -205,11 +205,11 @@ async def _unknown_path(request: web.Request) -> web.Response:
                           dialect=_dialect_of(request.path, request.headers))
     base, rest = under.group(1), under.group(2) or ""
     root = base.removesuffix("/v1")
-    # The routes under /v1 first, then the ones beside it (Gemini's /v1beta, Ollama's /api).
-    routes = [(d, route) for d in DIALECTS for route in d.routes]
-    served = ", ".join([*(f"POST {root}{r}" for d, r in routes if r == "/v1" + d.path),
-                        f"GET {base}/models", f"POST {base}{COUNT_TOKENS}",
-                        *(f"POST {root}{r}" for d, r in routes if r != "/v1" + d.path),
+    # The fixed routes under /v1 first, then the others (Gemini's models/{model}:…, Ollama's /api).
+    routes = [route for d in DIALECTS for route in d.routes]
+    fixed = [r for r in routes if r.startswith("/v1/") and "{" not in r]
+    served = ", ".join([*(f"POST {root}{r}" for r in fixed), f"GET {base}/models", f"POST {base}{COUNT_TOKENS}",
+                        *(f"POST {root}{r}" for r in routes if r not in fixed),
                         *(f"{i.method} {root}{i.path}" for d in DIALECTS for i in d.info_routes)])
     message = f"no endpoint at {request.path}; under {base} mockllm serves {served}"
     if rest.startswith("/v1/"):
