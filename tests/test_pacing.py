@@ -204,8 +204,11 @@ async def test_a_paced_stream_has_the_burst_streams_bytes(serve, tmp_path: Path,
             _, base = await new_run(server.base_url, "timed", pace=pace)
             request: dict[str, Any] = {"model": "m", "stream": True, "max_tokens": 9}
             request |= ({"input": "hi"} if dialect.name == "responses" else
+                        {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]} if dialect.name == "gemini" else
                         {"messages": [{"role": "user", "content": "hi"}], "stream_options": {"include_usage": True}})
-            async with session.post(base + dialect.path, json=request) as response:
+            # A dialect's first route, under the run's base root (Gemini's names the model and the verb).
+            route = dialect.routes[0].format(model="m", verb="streamGenerateContent")
+            async with session.post(base.removesuffix("/v1") + route, json=request) as response:
                 assert response.status == 200
                 bodies.append(await response.read())
     assert bodies[0] == bodies[1]
