@@ -145,7 +145,7 @@ class Recorder:
                 self._decode(decoder, reader.feed(piece), call, now_ms(), caller)
             await response.write_eof()
         except (asyncio.CancelledError, ConnectionResetError):
-            outcome = "aborted"  # the client went away mid-answer, as when an agent cancels
+            outcome = "left"  # the client went away: before the answer's end (an agent cancelling), or after it
             raise
         except aiohttp.ClientPayloadError:
             outcome = "cut"  # the upstream broke off; the client sees the same cut
@@ -153,7 +153,11 @@ class Recorder:
             end = now_ms()
             self._decode(decoder, reader.close(), call, end, caller)
             closing = decoder.close()
-            if outcome == "aborted":
+            # A client that read the answer's end has all of it, whatever it does next: the openai SDK
+            # closes its connection right after `[DONE]`, often before the upstream's own end arrives.
+            # The call is then recorded as the upstream sent it; only leaving before the end is a cut.
+            if outcome == "left" and not decoder.ended:
+                outcome = "aborted"
                 closing[-1] = FinishChunk(FinishReason("aborted"))
             call.chunks.extend(TimedChunk(end, c) for c in closing)
             finish = call.finish

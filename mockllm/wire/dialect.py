@@ -199,6 +199,10 @@ class StreamDecoder(ABC):
     # The upstream's id of the answer being decoded, once seen, where a later request may continue
     # it by id (OpenAI Responses' previous_response_id): a recorder routes such a request by it.
     reply_id: str | None = None
+    # The stream has said it is over (its closing event: chat's `[DONE]`, Anthropic's `message_stop`,
+    # Responses' `response.completed`, or an error event): a client that leaves after this has the
+    # whole answer, and a recorder must not take its leaving for a cancelled call.
+    ended: bool = False
 
     @abstractmethod
     def feed(self, event: str | None, data: bytes) -> list[StreamChunk]:
