@@ -11,13 +11,17 @@ that it was bound by arrival for want of a match. Each binding then has its own 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from mockllm.options import RunSettings
 from mockllm.replay.divergence import Comparison, compare, live_inputs
+from mockllm.replay.journal import RawHeaders
 from mockllm.scenario.load import Scenario
 from mockllm.wire.dialect import Request
+
+RETRY_HEADER = b"x-stainless-retry-count"
 
 
 @dataclass(slots=True)
@@ -30,6 +34,7 @@ class Binding:
     # The call whose stream the client left before its end, and a digest of that request's body:
     # a retry of it gets the same entry again (replay/run.py, the retry rule).
     incomplete: tuple[int, bytes] | None = None
+    live: bool = False  # under new_episodes, it left the recording: the rest of its script is not wanted
 
 
 class Bindings:
@@ -105,9 +110,25 @@ class Bindings:
 
     @property
     def drained(self) -> bool:
-        """Every script with entries was bound and served in full."""
+        """Every script with entries was bound and served in full (or left for the upstream)."""
         return all(
-            (b := self._by_script.get(i)) is not None and b.cursor >= len(s.entries)
+            (b := self._by_script.get(i)) is not None and (b.cursor >= len(s.entries) or b.live)
             for i, s in enumerate(self.scenario.sessions)
             if s.entries
         )
+
+
+def retry_count(raw_headers: RawHeaders) -> int:
+    """The SDKs' retry marker (`x-stainless-retry-count`), 0 when absent or not a number."""
+    for name, value in raw_headers:
+        if name.lower() == RETRY_HEADER:
+            try:
+                return int(value)
+            except ValueError:
+                return 0
+    return 0
+
+
+def digest(body: bytes) -> bytes:
+    """What a retry's body is compared by: a retry of a call sends the same body."""
+    return hashlib.blake2b(body, digest_size=16).digest()

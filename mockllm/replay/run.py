@@ -7,6 +7,13 @@ the reply, its pacing schedule and whether it holds, and the faults asked for. I
 `Outcome` for the server to write. A session's cursor advances when its request arrives, so a
 session's call order (not stream timing) fixes which entry it gets.
 
+Record modes: a run that records from scratch (`recording`: `once` for a scenario with no
+recording, `rewrite`) answers every call `Live`: the server forwards it and the recording routes it
+as `mockllm record` does. Under `new_episodes` (`episodes`) a call the recording cannot serve (an
+unrecorded session, a call past its script's end, a diverged call: every request is compared
+before it is answered) is answered `Live` instead of failing, and its session is live from then on;
+`went_live` says which sessions went live, where and why, for the report and the rewrite.
+
 Retries stay in step: a request that repeats a call whose answer did not reach the client whole
 (a status or cut fault answered it, or the client left mid-stream), in the same session, gets
 that call's entry again and moves no cursor. After a fault the cursor never moved, so the next
@@ -17,9 +24,7 @@ reached the client whole: the retry after it takes the next entry, as it did whe
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import hashlib
 import logging
 import time
 from collections.abc import Iterator
@@ -28,35 +33,25 @@ from typing import NamedTuple
 
 from mockllm.errors import ReplayFailure, TemplateError
 from mockllm.options import Headerless, RunSettings
-from mockllm.replay.binding import Binding, Bindings
+from mockllm.replay.advice import exhausted, unrecorded
+from mockllm.replay.binding import Binding, Bindings, digest, retry_count
 from mockllm.replay.catalog import Catalog
 from mockllm.replay.conversations import ConversationIndex
-from mockllm.replay.divergence import (
-    Comparison,
-    Divergence,
-    compare,
-    framework_results,
-    live_inputs,
-    tool_not_offered,
-)
-from mockllm.replay.divergence import describe as describe_mismatch
-from mockllm.replay.faults import Fault, FaultError, FaultPlan
+from mockllm.replay.divergence import Divergence
+from mockllm.replay.faults import Fault, FaultError, FaultPlan, fault_headers
 from mockllm.replay.journal import CallRecord, Failures, Journal, RawHeaders
-from mockllm.replay.outcome import HeldInfo, Hold, Outcome, Refusal, Stream, Whole
+from mockllm.replay.outcome import HeldInfo, Hold, Live, Outcome, Refusal, Stream, Whole
 from mockllm.replay.pacing import plan_pacing, untimed_reason
-from mockllm.replay.report import FaultServed, Notice, PacingNote
+from mockllm.replay.report import FaultServed, Notice, PacingNote, WentLive
+from mockllm.replay.review import diverged, schedule_review
 from mockllm.replay.routing import calling_session
 from mockllm.scenario.load import Scenario, SessionScript
 from mockllm.script.entries import HangEntry
-from mockllm.wire.dialect import Dialect, Message, Request
+from mockllm.wire.dialect import Dialect, Request
 
 log = logging.getLogger("mockllm")
 
 ANONYMOUS = "anonymous"
-# How long answered requests wait to be compared with the recording: long enough to batch them
-# behind the answers of a burst, short enough that a journal read soon after shows them (a
-# report drains the queue anyway).
-REVIEW_DELAY = 0.005
 
 
 class Assignment(NamedTuple):
@@ -72,11 +67,6 @@ class Assignment(NamedTuple):
     divergence: Divergence | None = None
     fault: Fault | None = None  # a fault this attempt meets
     retry: bool = False  # a repeat of a call whose answer did not reach the client whole
-
-
-RETRY_HEADER = b"x-stainless-retry-count"
-# Statuses the SDKs retry by default; a fault with one says so in `x-should-retry`, as providers do.
-RETRIED = frozenset({408, 409, 429}) | frozenset(range(500, 600))
 
 
 @dataclass(slots=True)
@@ -100,11 +90,14 @@ class Run:
     faults_served: list[FaultServed] = field(default_factory=list)  # each fault as it was served
     # What is worth knowing but fails nothing: bound by arrival, framework-made ids matched by position.
     notices: list[Notice] = field(default_factory=list)
+    recording: bool = False  # records from scratch: every call goes to the upstream (once, rewrite)
+    episodes: bool = False  # new_episodes: what the recording cannot serve goes to the upstream
+    went_live: dict[str, WentLive] = field(default_factory=dict)  # by live id, in the order they went
     _framework_noted: set[int] = field(default_factory=set)
     _bindings: Bindings = field(init=False)
     _faults: FaultPlan = field(init=False)
     _pending: list[tuple[Assignment, Request, CallRecord]] = field(default_factory=list)  # answered, not compared
-    _conversations: ConversationIndex = field(default_factory=ConversationIndex)
+    conversations: ConversationIndex = field(default_factory=ConversationIndex)  # header-less sessions' routing
 
     def __post_init__(self) -> None:
         self.side_calls = [0] * len(self.scenario.side_routes)
@@ -136,19 +129,29 @@ class Run:
     def answer(self, header_id: str | None, request: Request, dialect: Dialect, raw_headers: RawHeaders,
                body: bytes) -> Outcome:
         """What this call gets. `header_id` is the session header's value, if the request sent one."""
+        if self.recording:  # the recording routes it (as `mockllm record` does): no replay state to keep
+            record = self.journal.record(dialect.name, header_id or "live", request.stream, raw_headers, body)
+            record.kind = "live"
+            return Live(record)
         # A side route's model (a title model, warm-ups) never reaches session routing.
         side = self.scenario.side_models.get(request.model) if request.model is not None else None
         live_id = self.live_session(header_id, request, dialect) if side is None else f"side route {request.model}"
         record = self.journal.record(dialect.name, live_id, request.stream, raw_headers, body)
         assert self.catalog is not None
+        assigned: Assignment | None = None
         try:
             if side is None:
-                assigned = self.take(live_id, request, raw_headers, body)
+                taken = self.take(live_id, request, raw_headers, body)
+                if isinstance(taken, WentLive):
+                    record.kind, record.script, record.call = "live", taken.session, taken.call
+                    record.diverged = taken.why if taken.code == "request_diverged" else None
+                    return self._live(record, live_id)
+                assigned = taken
                 if assigned.divergence is not None:
                     record.diverged = assigned.divergence.what
                 # Not needed to answer: compared a little later, in a batch, off the client's wait.
                 if not self.checks_first and self._review_later(assigned, request, record):
-                    _schedule_review(self)
+                    schedule_review(self)
                 script, index, file = assigned.script, assigned.call, assigned.session.file
             else:
                 index = self.take_side(side)
@@ -162,8 +165,8 @@ class Run:
             return Refusal(record, failure.status, failure.code, failure.message)
         entry = self.catalog.entry(script, index)
         record.script, record.call, record.kind = file, index, type(entry).__name__
-        fault = assigned.fault if side is None else None
-        if side is None and assigned.retry:
+        fault = assigned.fault if assigned is not None else None
+        if assigned is not None and assigned.retry:
             record.retry = True
         if fault is not None:
             record.fault = fault.describe()
@@ -172,7 +175,7 @@ class Run:
                 record.status = fault.status
                 return Whole(record, fault.status, dialect.error_body(
                     f"mockllm fault: {record.fault} at {file} call {index + 1}", None, fault.status),
-                    _fault_headers(fault), (fault.delay_ms or 0) / 1000)
+                    fault_headers(fault), (fault.delay_ms or 0) / 1000)
         try:
             reply = self.catalog.reply(dialect, script, index, request, self.cwd)
         except TemplateError as exc:
@@ -218,40 +221,63 @@ class Run:
     def _by_conversation(self, request: Request) -> str:
         if self.headerless == "anonymous":
             return ANONYMOUS
-        live_id, _ = self._conversations.route(request.messages)
+        live_id, _ = self.conversations.route(request.messages)
         return live_id
+
+    def _live(self, record: CallRecord, live_id: str) -> Live:
+        """A call of a session that left the recording: it goes to the upstream."""
+        went = self.went_live[live_id]
+        script = next((s for s in self.scenario.sessions if s.file == went.session), None)
+        named = live_id != ANONYMOUS and not self.conversations.owns(live_id)
+        return Live(record, live_id, script, went.call, named)
+
+    def _go_live(self, live_id: str, script: int | None, call: int, code: str, why: str) -> WentLive:
+        """Under new_episodes: the session leaves the recording at `call`; its calls go to the upstream."""
+        if script is not None:
+            binding = self._bindings.of_script(script) or self._bindings.bind(script, live_id)
+            binding.live = True
+        file = self.scenario.sessions[script].file if script is not None else None
+        went = self.went_live[live_id] = WentLive(file, live_id, call, code, why)
+        return went
 
     @property
     def checks_first(self) -> bool:
         """Whether a request must be compared before it is answered: under strict (a diverged call is
         refused). Otherwise the comparison only reports, and `review_pending` runs it once the answer
         is on its way, off the client's wait (content binding compares a session's first request
-        with the scripts' first inputs when it binds, which is all it needs)."""
-        return self.settings.strict
+        with the scripts' first inputs when it binds, which is all it needs). Under new_episodes too:
+        a diverged call goes to the upstream instead."""
+        return self.settings.strict or self.episodes
 
     def take(self, live_id: str, request: Request | None = None, raw_headers: RawHeaders = (),
-             body: bytes | None = None) -> Assignment:
+             body: bytes | None = None) -> Assignment | WentLive:
         """Bind if new, compare the request with the recording (when `checks_first`; else `answer`
         queues it for later), then hand out the session's next entry and advance its cursor.
 
         A divergence is noted (the first per session goes into the report); under `strict` the
         request is refused with 409 `request_diverged` and changes nothing: no binding, no cursor.
+        Under new_episodes a call the recording cannot serve returns WentLive instead of failing.
         A retry of a call the client did not get whole gets that call's entry again; a status or
         cut fault keeps the cursor where it was.
         """
+        went = self.went_live.get(live_id)
+        if went is not None:  # the session left the recording: the upstream answers it from now on
+            return went
         binding = self._bindings.get(live_id)
         if binding is not None and binding.incomplete is not None:
-            call, digest = binding.incomplete
+            call, earlier = binding.incomplete
             binding.incomplete = None
-            if _retry_count(raw_headers) >= 1 or (body is not None and _digest(body) == digest):
+            if retry_count(raw_headers) >= 1 or (body is not None and digest(body) == earlier):
                 binding.retries += 1
                 session = self.scenario.sessions[binding.script]
                 return Assignment(binding.script, call, session, live_id, retry=True)
         if binding is None:
             script, by_arrival = self._bindings.choose(live_id, request, self.settings)
             if script is None:
-                raise self.fail(ReplayFailure(404, "unrecorded_session", self._unrecorded(live_id, request),
-                                              live_id, 0))
+                why = unrecorded(self, live_id, request, self.conversations.owns(live_id))
+                if self.episodes:
+                    return self._go_live(live_id, None, 0, "unrecorded_session", why)
+                raise self.fail(ReplayFailure(404, "unrecorded_session", why, live_id, 0))
             cursor = 0
             if by_arrival:
                 self.notices.append(Notice(
@@ -262,13 +288,18 @@ class Run:
             script, cursor = binding.script, binding.cursor
         session = self.scenario.sessions[script]
         if cursor >= len(session.entries):
+            if self.episodes:
+                return self._go_live(live_id, script, cursor, "script_exhausted", exhausted(self, session, live_id,
+                                                                                             cursor))
             binding = binding or self._bindings.bind(script, live_id)
             binding.cursor += 1  # later calls are counted too, so the report shows how far over it went
-            raise self.fail(ReplayFailure(410, "script_exhausted", self._exhausted(session, live_id, cursor),
+            raise self.fail(ReplayFailure(410, "script_exhausted", exhausted(self, session, live_id, cursor),
                                           live_id, cursor))
         divergence = None
         if request is not None and self.checks_first:
-            divergence = self._diverged(script, cursor, live_id, request)
+            divergence = diverged(self, script, cursor, live_id, request)
+        if divergence is not None and self.episodes:  # not a failure: the call is what new_episodes records
+            return self._go_live(live_id, script, cursor, "request_diverged", divergence.message(self.id))
         if divergence is not None:
             self._note(script, divergence)
             if self.settings.strict:
@@ -290,7 +321,7 @@ class Run:
         record = outcome.record
         binding = self._bindings.get(record.session)
         if binding is not None and record.call is not None and outcome.cut_after is None:
-            binding.incomplete = (record.call, _digest(outcome.body))
+            binding.incomplete = (record.call, digest(outcome.body))
 
     def take_side(self, route: int) -> int:
         """The entry a side route serves next (its own cursor; `repeat` serves the last one again)."""
@@ -335,7 +366,7 @@ class Run:
         """Compare every queued request with the recording of its call, and note how each differs."""
         pending, self._pending = self._pending, []
         for assigned, request, record in pending:
-            divergence = self._diverged(assigned.script, assigned.call, assigned.live_id, request)
+            divergence = diverged(self, assigned.script, assigned.call, assigned.live_id, request)
             if divergence is not None:
                 self._note(assigned.script, divergence)
                 record.diverged = divergence.what
@@ -343,36 +374,6 @@ class Run:
     def _note(self, script: int, divergence: Divergence) -> None:
         self.divergences.setdefault(script, divergence)
         self.diverged_calls += 1
-
-    def _diverged(self, script: int, call: int, live_id: str, request: Request) -> Divergence | None:
-        """How this request differs from what was recorded before call `call` of `script`, if it does.
-
-        Described in full only when it will be reported (the session's first, or a refusal under
-        strict): otherwise expected, got and diff stay empty."""
-        describe = script not in self.divergences or self.settings.strict
-        session = self.scenario.sessions[script]
-        inputs = session.inputs[call] if call < len(session.inputs) else None
-        if inputs:  # a call recorded with no inputs of its own (a retry) is not compared
-            recorded = inputs.items
-            how = Comparison(self.settings.masks, self.settings.cwd, self.scenario.model_ids(script))
-            mismatch = compare(recorded, live_inputs(request.tail), how)
-            if mismatch is not None:
-                found = describe_mismatch(mismatch, how) if describe else (mismatch.what, "", "", "")
-                return Divergence("input", session.file, live_id, call, *found)
-            if script not in self._framework_noted and framework_results(recorded, how):
-                self._framework_noted.add(script)
-                self.notices.append(Notice(
-                    "framework_ids", session.file, live_id, call,
-                    "tool results for calls the recorded model never made (a framework's own) were matched by "
-                    "position among themselves, their ids ignored"))
-        called = self.scenario.tools_called(script, call)
-        if called:
-            offered = request.offered_tools
-            missing = tool_not_offered(called, offered)
-            if missing is not None and offered is not None:
-                return Divergence("tool", session.file, live_id, call, f"the tool {missing!r} the recorded call uses",
-                                  missing, "offered: " + (", ".join(sorted(offered)) or "no tools"), "")
-        return None
 
     def _note_pacing(self, file: str, call: int, served: str, why: str) -> None:
         """Say once per run and call how pacing served it; the log says it once per run and file."""
@@ -390,42 +391,6 @@ class Run:
         self.failures.add(failure)
         return failure
 
-    def _exhausted(self, session: SessionScript, live_id: str, call: int) -> str:
-        message = (f"run {self.id}: session {session.file} (recorded id {session.id}, live id {live_id}) made call "
-                   f"{call + 1} but its script has {len(session.entries)} entries")
-        if self.default:
-            return message + (f". This is scenario {self.scenario.name}'s default run, and it is spent: start over "
-                              f"with DELETE /_mockllm/runs/{self.id} (the next request gets a fresh default run), "
-                              "or give each test its own run with POST /_mockllm/runs. If the agent now makes more "
-                              "calls than were recorded, re-record the scenario")
-        return message + ("; the agent made more model calls than were recorded: re-record the scenario, or "
-                          "append an entry in replay.override.json")
-
-    def _unrecorded(self, live_id: str, request: Request | None) -> str:
-        sessions = self.scenario.sessions
-        bound = ", ".join(f"{sessions[b.script].file}<-{b.live_id}" for b in self._bindings) or "none"
-        message = (f"run {self.id}: live session {live_id} is new, but every recorded session with model calls "
-                   f"is already bound ({bound})")
-        if self.default and self.consumed:
-            return message + (f". This is scenario {self.scenario.name}'s default run, and it is spent: every "
-                              "recorded call was served already (the agent ran a second time against it). Start "
-                              f"over with DELETE /_mockllm/runs/{self.id} (the next request gets a fresh default "
-                              "run), or give each test its own run with POST /_mockllm/runs")
-        if request is None or not self._conversations.owns(live_id):
-            return message + ("; the agent started a session that was not recorded: re-record the scenario, or "
-                              "send the recorded id in the x-mockllm-session header")
-        closest = self._conversations.closest(request.messages, exclude=live_id)
-        if closest is None:
-            return message + "; its messages extend no live conversation, and none has started yet"
-        other, agreed, expected, got = closest
-        where = self.script_file(other) or "unbound"
-        return message + (
-            f". Its messages extend no live conversation; the closest is {other} ({where}), whose latest request "
-            f"agrees with it for {agreed} message(s) and then differs at message {agreed + 1}: there it had "
-            f"{_gist(expected)}, this request has {_gist(got)}. The usual cause is a turn sent without the "
-            "history before it (send the whole conversation every call); a subagent of its own needs its own "
-            "x-mockllm-session header")
-
     # -- what reports read -----------------------------------------------------------------------
 
     def script_file(self, live_id: str) -> str | None:
@@ -442,51 +407,3 @@ class Run:
         return self._bindings.drained and all(
             calls >= len(r.entries) for calls, r in zip(self.side_calls, self.scenario.side_routes, strict=True))
 
-
-def _retry_count(raw_headers: RawHeaders) -> int:
-    """The SDKs' retry marker (`x-stainless-retry-count`), 0 when absent or not a number."""
-    for name, value in raw_headers:
-        if name.lower() == RETRY_HEADER:
-            try:
-                return int(value)
-            except ValueError:
-                return 0
-    return 0
-
-
-def _digest(body: bytes) -> bytes:
-    return hashlib.blake2b(body, digest_size=16).digest()
-
-
-def _fault_headers(fault: Fault) -> dict[str, str]:
-    """A fault's provider-error headers: whether to retry, as providers say it, and `retry-after`."""
-    headers = {"x-should-retry": "true" if fault.status in RETRIED else "false"}
-    if fault.retry_after is not None:
-        headers["retry-after"] = f"{fault.retry_after:g}"
-    return headers
-
-
-def _schedule_review(run: Run) -> None:
-    """Compare `run`'s queued requests REVIEW_DELAY from now, on the running loop; with no loop (a
-    unit test), a report drains the queue when it is read."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return
-    loop.call_later(REVIEW_DELAY, _review, run)
-
-
-def _review(run: Run) -> None:
-    try:
-        run.review_pending()
-    except Exception:  # a comparison bug must not break the loop's callbacks
-        log.exception("comparing run %s's requests with the recording failed", run.id)
-
-
-def _gist(message: Message | None, limit: int = 80) -> str:
-    if message is None:
-        return "no message"
-    text = " ".join(message.text.split())
-    text = text if len(text) <= limit else text[: limit - 1] + "…"
-    calls = f" calling {', '.join(c.name or '?' for c in message.tool_calls)}" if message.tool_calls else ""
-    return f"{message.role or 'a'} message {text!r}{calls}"

@@ -18,11 +18,13 @@ from aiohttp import web
 
 from mockllm.errors import RequestError
 from mockllm.options import ServeOptions
+from mockllm.replay.outcome import Live
 from mockllm.replay.routing import header_session
 from mockllm.replay.run import Run
 from mockllm.replay.runs import Runs
 from mockllm.scenario.load import Suite
 from mockllm.server.admin import Admin, read_body, scenario_error
+from mockllm.server.live import LiveCalls
 from mockllm.server.mock_errors import mock_error
 from mockllm.server.streaming import OutcomeWriter, Pacer
 from mockllm.wire import DEFAULT, DIALECTS, models_body
@@ -43,7 +45,8 @@ class MockServer:
             catalog.warm(DEFAULT)  # the dialect nearly every agent speaks: rendered before the first request
         self.session_headers = options.all_session_headers
         self.max_body = MAX_BODY  # the app's client_max_size too (create_app)
-        self.admin = Admin(suite, self.runs, self.max_body)
+        self.live = LiveCalls(suite, self.runs, options)
+        self.admin = Admin(suite, self.runs, self.max_body, self.live)
         self.writer = OutcomeWriter()
 
     @property
@@ -99,6 +102,10 @@ class MockServer:
         outcome = run.answer(session, call, dialect, request.raw_headers, body)
         record = outcome.record
         try:
+            if isinstance(outcome, Live):  # a record mode: the upstream answers
+                response = await self.live.call(request, run, dialect, call, body, outcome)
+                record.status = response.status
+                return response
             return await self.writer.write(request, run, dialect, outcome)
         finally:
             record.done()
@@ -119,9 +126,16 @@ class MockServer:
         """On shutdown: held and paced streams end at once instead of stalling shutdown."""
         self.writer.release()
 
+    async def close_live(self, app: web.Application) -> None:
+        """On cleanup: recordings of runs never ended are not written; the upstream client closes."""
+        await self.live.close()
 
-BASES = ("/scenarios/{name}/v1", "/runs/{run}/v1", "/v1")
-_UNDER_BASE = re.compile(r"^(/scenarios/[^/]+/v1|/runs/[^/]+/v1|/v1)(/.*)?$")
+
+# A scenario's name is its path in the suite: one level down, it holds a `/` (never before a `v1`,
+# which is the base's own: `/scenarios/s/v1/v1/messages` is a client adding /v1 twice).
+NAME = r"[^/]+(?:/(?!v1(?:/|$))[^/]+)?"
+BASES = (f"/scenarios/{{name:{NAME}}}/v1", "/runs/{run}/v1", "/v1")
+_UNDER_BASE = re.compile(rf"^(/scenarios/{NAME}/v1|/runs/[^/]+/v1|/v1)(/.*)?$")
 
 
 async def _unknown_path(request: web.Request) -> web.Response:
@@ -170,6 +184,7 @@ def create_app(suite: Suite, options: ServeOptions | None = None) -> web.Applica
     app = web.Application(client_max_size=server.max_body)
     app[SERVER_KEY] = server
     app.on_shutdown.append(server.release_held)
+    app.on_cleanup.append(server.close_live)
     for base in BASES:
         for dialect in DIALECTS:
             _add_routes(app, base + dialect.path, {"POST": server.model_route(dialect)})

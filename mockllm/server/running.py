@@ -59,10 +59,13 @@ def load_source(path: Path | None = None, options: ServeOptions | None = None) -
     """
     side_routes = options.side_route_specs if options is not None else []
     if path is not None:
-        return load_suite(path, side_routes=side_routes)
-    if dshenv.requested():
-        return dshenv.load_dsh_env(side_routes=side_routes)
-    return load_suite(bundled_recordings(), side_routes=side_routes)
+        # A server that records may start on a new or empty folder: it is where recordings go.
+        records = options is not None and (options.record_mode != "none" or bool(options.upstream))
+        return load_suite(path, side_routes=side_routes, allow_empty=records)
+    suite = dshenv.load_dsh_env(side_routes=side_routes) if dshenv.requested() else load_suite(
+        bundled_recordings(), side_routes=side_routes)
+    suite.recordable = False  # mockllm's own files, or dsh's: never written by a record mode
+    return suite
 
 
 def serve_forever(path: Path | None, options: ServeOptions) -> int:
