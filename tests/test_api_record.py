@@ -44,12 +44,11 @@ def test_a_server_records_on_first_use_and_a_later_one_replays_with_the_upstream
 async def test_an_async_server_records_and_replays_alike(upstream, tmp_path):
     async with mockllm.AsyncServer(tmp_path, upstream=upstream.url, record_mode="once") as srv:
         for _ in range(2):  # recorded, then replayed
-            async with await srv.run("async-case") as run:
-                async with openai.AsyncOpenAI(base_url=run.base_url, api_key="k", max_retries=0) as client:
-                    stream = await client.chat.completions.create(model="m", messages=QUESTION,  # type: ignore[arg-type]
-                                                                  stream=True)
-                    assert "".join([c.choices[0].delta.content or "" async for c in stream]) == \
-                        "echo: what is the plan?"
+            async with await srv.run("async-case") as run, \
+                    openai.AsyncOpenAI(base_url=run.base_url, api_key="k", max_retries=0) as client:
+                stream = await client.chat.completions.create(model="m", messages=QUESTION,  # type: ignore[arg-type]
+                                                              stream=True)
+                assert "".join([c.choices[0].delta.content or "" async for c in stream]) == "echo: what is the plan?"
         assert (await run.end()).recording is None
     assert len(upstream.received) == 1
 

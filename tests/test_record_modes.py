@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import anthropic
 import openai
 import pytest
@@ -15,7 +17,9 @@ import pytest
 import mockllm
 from mockllm.options import parse_upstream
 from mockllm.record.recording import Upstreams, host_of
+from mockllm.server.app import SERVER_KEY
 from mockllm.wire import DIALECTS
+from tests.fake_upstream import Answer, chat_chunk, running_upstream
 from tests.scripted_upstream import ScriptedUpstream
 
 KEY = "sk-live-do-not-record-0123456789"
@@ -277,3 +281,32 @@ def test_a_bad_upstream_is_refused_naming_it(spec):
 
 def test_a_recorded_upstream_keeps_no_credentials_path_or_query():
     assert host_of("https://user:sk-secret@api.example.com:8443/v1?key=sk-2") == "api.example.com:8443"
+
+
+async def test_a_live_call_passes_each_upstream_piece_on_before_the_next_exists_and_decodes_nothing_meanwhile(
+        tmp_path):
+    """A live call is on the client's path: each piece goes on as it arrives (the upstream holds the
+    next until the client has read it), and the recording is decoded only when the run ends."""
+    pieces = [chat_chunk({"role": "assistant", "content": ""}), chat_chunk({"content": "Hel"}),
+              chat_chunk({"content": "lo"}), chat_chunk({}, "stop"), b"data: [DONE]\n\n"]
+    released = asyncio.Event()
+    body = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
+    async with running_upstream() as fake, \
+            mockllm.AsyncServer(tmp_path, upstream=fake.base_url, record_mode="once") as server:
+        fake.answers.append(Answer(pieces, before={2: released}))
+        run = await server.run("case")
+        async with aiohttp.ClientSession() as http, \
+                http.post(run.base_url + "/chat/completions", data=body,
+                          headers={"Content-Type": "application/json"}) as response:
+            received = await asyncio.wait_for(response.content.readuntil(b"\n\n"), 5)
+            received += await asyncio.wait_for(response.content.readuntil(b"\n\n"), 5)
+            assert received == b"".join(pieces[:2]), "both pieces came before the upstream sent the third"
+            released.set()
+            received += await response.content.read()
+        assert received == b"".join(pieces), "byte for byte"
+        recording = server._server.runner.app[SERVER_KEY].live.recordings[run.id]  # type: ignore[union-attr]
+        assert not recording.tree.sessions, "nothing is decoded while the run goes on"
+        report = await run.end()
+    assert report.recording is not None and report.recording.written
+    assert [len(s.entries) for s in mockllm.load_scenario(tmp_path / "case").sessions] == [1]
+

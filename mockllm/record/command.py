@@ -11,7 +11,6 @@ closed (its `.partial` renamed) and the sidecar written, so an interrupted recor
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ import aiohttp
 from aiohttp import web
 
 from mockllm.errors import RecordError
-from mockllm.hosting.listen import CannotListen, RunningServer, listen, serve_until_signalled
+from mockllm.hosting.listen import CannotListen, RunningServer, listen, run_main, serve_until_signalled
 from mockllm.options import items, session_header_names
 from mockllm.record.proxy import Recorder, create_app
 from mockllm.record.redact import Redactor
@@ -89,7 +88,7 @@ def record_forever(options: RecordOptions) -> int:
     """`mockllm record`: proxy until SIGINT/SIGTERM, then finish the tree."""
     logging.basicConfig(level=options.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        asyncio.run(_record(options))
+        run_main(_record(options))
     except CannotListen as exc:
         print(f"mockllm record: {exc}", file=sys.stderr)
         return 1

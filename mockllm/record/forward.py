@@ -2,10 +2,15 @@
 recording that sits on the client's path, shared by `mockllm record` and the server's record modes.
 
 Each upstream piece is written to the client the moment it arrives, and only kept (with its
-arrival time) on the way: nothing is decoded while the answer streams. When the call is over the
-kept pieces are decoded with the dialect's stream decoder and the call is handed to a `Sink` (the
-session tree being recorded, or a run's live sessions), on the next turn of the loop, after the
-handler has returned: decoding and recording never hold back a byte the client waits for.
+arrival time) on the way: nothing is decoded while the answer streams (but for a dialect whose
+answers are continued by id, whose id routing needs at once). When the call is over the kept
+pieces are decoded with the dialect's stream decoder and the call is handed to a `Sink` (the
+session tree being recorded, or a run's live sessions), never on a client's path:
+- `mockllm record` (`defer=False`) records each call as it ends, on a background task that yields
+  to the loop every few events, so a call arriving meanwhile waits for one slice at most, never
+  for the decoding of a whole answer; its tree stays durable call by call.
+- a record-mode run (`defer=True`) is written only when it ends, so its calls are decoded then
+  (`settle`), in the order they ended: during the run a live call costs what forwarding costs.
 
 How a stream ends decides how it is recorded: as the upstream sent it when the client read its end
 (the openai SDK closes its connection right after `[DONE]`, often before the upstream's own end
@@ -21,7 +26,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple, Protocol
 
 import aiohttp
@@ -30,10 +36,10 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from mockllm.dsh.chunks import Failure, FinishChunk, FinishReason
-from mockllm.record.call import ObservedCall, TimedChunk
+from mockllm.record.call import ObservedCall, TimedChunk, read_inputs
 from mockllm.record.tree import Caller, Failed
 from mockllm.wire import DEFAULT
-from mockllm.wire.dialect import Dialect, SSEEvent, StreamDecoder
+from mockllm.wire.dialect import Dialect, Request, SSEEvent, StreamDecoder
 from mockllm.wire.sse_reader import SSEReader
 
 log = logging.getLogger("mockllm.record.command")
@@ -43,6 +49,8 @@ _HOP = frozenset(("host", "connection", "keep-alive", "transfer-encoding", "cont
                   "upgrade", "proxy-authorization", "proxy-connection", "accept-encoding", "content-encoding"))
 # Upstream answers a record-mode run must not keep: the recording would replay a refusal, not the agent.
 UNKEPT_STATUSES = frozenset({401, 403, 407, 429})
+# SSE events decoded between two yields to the loop (~15 us each): a slice stays well under 0.5 ms.
+SLICE = 16
 
 
 def now_ms() -> int:
@@ -60,29 +68,47 @@ class Sink(Protocol):
 
 
 class Target(NamedTuple):
-    """A call to record: where (its session or side route) and what the proxy saw of its request."""
+    """A call to record: where (its session or side route) and what the proxy saw of its request;
+    `request` set: its inputs are read from it only when the call is recorded (off the client's path)."""
 
     caller: Caller
     call: ObservedCall
+    request: Request | None = None
 
 
 # A failure a record-mode run cannot keep: (the call's caller, HTTP status the client got, what happened).
 OnFailure = Callable[[Caller, int, str], None]
+# Recording one ended call: a generator that yields between slices of its work.
+Work = Callable[..., Iterator[None]]
 
 
 class Forwarder:
-    def __init__(self, client: aiohttp.ClientSession, sink: Sink, on_failure: OnFailure | None = None) -> None:
+    def __init__(self, client: aiohttp.ClientSession, sink: Sink, on_failure: OnFailure | None = None, *,
+                 defer: bool = False) -> None:
         self.client = client
         self.sink = sink
         self.on_failure = on_failure
+        self.defer = defer  # record calls only when `settle` is called (a record-mode run, written at its end)
         self.replies: dict[str, str] = {}  # upstream reply id -> recorded session id (Responses chains)
         self.in_flight = 0  # calls forwarded and not yet recorded
+        self._pending: deque[tuple[Work, tuple[Any, ...]]] = deque()  # in the order calls ended
+        self._worker: asyncio.Task[None] | None = None
         self._settled = asyncio.Event()
         self._settled.set()
 
     async def settled(self) -> None:
-        """Wait until every call forwarded so far is recorded (or found unrecordable)."""
-        await self._settled.wait()
+        """Wait until every call forwarded so far is recorded (or found unrecordable); a deferring
+        forwarder records them now, on a thread, so the server goes on serving other runs."""
+        if self.defer:
+            await asyncio.to_thread(self.settle)
+        else:
+            await self._settled.wait()
+
+    def settle(self) -> None:
+        """Record, in the order they ended, every call that has ended and is not recorded yet."""
+        while self._pending:
+            work, args = self._pending.popleft()
+            self._run(work, args, all_at_once=True)
 
     async def forward(self, request: web.Request, url: str, body: bytes, dialect: Dialect | None,
                       target: Target | None) -> web.StreamResponse:
@@ -120,14 +146,18 @@ class Forwarder:
                       target: Target) -> web.StreamResponse:
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
                                       headers=returned(upstream.headers))
-        pieces: list[tuple[int, bytes]] = []  # (arrival ms, bytes) of every piece passed on
+        pieces: list[tuple[int, bytes]] = []  # (arrival ms, bytes) of every piece passed on, not yet decoded
         keep = pieces.append
+        decoder, reader = dialect.stream_decoder(), SSEReader()
         ending = "done"
         try:
             await response.prepare(request)
             async for piece in upstream.content.iter_any():
                 await response.write(piece)  # first: the client never waits for the recorder
-                keep((now_ms(), piece))
+                if decoder.chains:  # its id must be known before the request that continues it arrives
+                    self._decode(decoder, reader.feed(piece), target.call, now_ms(), target.caller)
+                else:
+                    keep((now_ms(), piece))
             await response.write_eof()
         except (asyncio.CancelledError, ConnectionResetError):
             ending = "left"  # the client went away: before the answer's end (an agent cancelling), or after it
@@ -135,34 +165,57 @@ class Forwarder:
         except aiohttp.ClientPayloadError:
             ending = "cut"  # the upstream broke off; the client sees the same cut
         finally:
-            self._later(self._record_stream, dialect, pieces, now_ms(), ending, target)
+            self._later(self._record_stream, decoder, reader, pieces, now_ms(), ending, target)
         return response
 
     # -- recording, once the call is over -------------------------------------------------------------
 
-    def _later(self, work: Callable[..., None], *args: Any) -> None:
-        """Run `work` on the next turn of the loop, after the handler has returned."""
+    def _later(self, work: Work, *args: Any) -> None:
+        """Record an ended call: now in the background (`mockllm record`), or at `settle` (`defer`)."""
         self.in_flight += 1
         self._settled.clear()
-        asyncio.get_running_loop().call_soon(self._guarded, work, args)
+        self._pending.append((work, args))
+        if not self.defer and (self._worker is None or self._worker.done()):
+            self._worker = asyncio.get_running_loop().create_task(self._drain())
 
-    def _guarded(self, work: Callable[..., None], args: tuple[Any, ...]) -> None:
+    async def _drain(self) -> None:
+        """Record the calls that ended, a slice at a time, yielding to the loop in between."""
+        while self._pending:
+            work, args = self._pending.popleft()
+            steps = self._run(work, args)
+            while next(steps, True) is None:
+                await asyncio.sleep(0)
+
+    def _run(self, work: Work, args: tuple[Any, ...], *, all_at_once: bool = False) -> Iterator[None]:
+        """Run one call's recording (as an iterator of its slices, unless `all_at_once`)."""
+        steps = self._guarded(work, args)
+        if all_at_once:
+            for _ in steps:
+                pass
+        return steps
+
+    def _guarded(self, work: Work, args: tuple[Any, ...]) -> Iterator[None]:
         try:
-            work(*args)
-        except Exception:  # a bug, a closed tree: it must not break the loop's callbacks nor other calls
+            target = next((a for a in args if isinstance(a, Target)), None)
+            if target is not None and target.request is not None:
+                read_inputs(target.call, target.request.tail)
+                target.call.offers_tools = offers_tools(target.request)
+            yield from work(*args)
+        except Exception:  # a bug, a closed tree: it must not end the recording of other calls
             log.exception("a forwarded call could not be recorded")
         finally:
             self.in_flight -= 1
-            if not self.in_flight:
+            if not self.in_flight and not self.defer:  # a deferring forwarder settles on a thread: no loop Event
                 self._settled.set()
 
-    def _record_stream(self, dialect: Dialect, pieces: list[tuple[int, bytes]], end: int, ending: str,
-                       target: Target) -> None:
-        caller, call = target
-        decoder = dialect.stream_decoder()
-        reader = SSEReader()
+    def _record_stream(self, decoder: StreamDecoder, reader: SSEReader, pieces: list[tuple[int, bytes]], end: int,
+                       ending: str, target: Target) -> Iterator[None]:
+        caller, call = target.caller, target.call
         for at, piece in pieces:
-            self._decode(decoder, reader.feed(piece), call, at, caller)
+            events = reader.feed(piece)
+            for start in range(0, len(events), SLICE):
+                self._decode(decoder, events[start:start + SLICE], call, at, caller)
+                yield
         self._decode(decoder, reader.close(), call, end, caller)
         closing = decoder.close()
         # A client that read the answer's end has all of it, whatever it does next: the call is then
@@ -180,8 +233,9 @@ class Forwarder:
         else:
             self.sink.record(caller, call)
 
-    def _record_whole(self, dialect: Dialect, body: bytes, target: Target) -> None:
-        caller, call = target
+    def _record_whole(self, dialect: Dialect, body: bytes, target: Target) -> Iterator[None]:
+        yield  # started in the background: the client has its answer already
+        caller, call = target.caller, target.call
         events = dialect.body_events(body)
         if events is None:
             log.warning("%s: a %s reply that is not a stream was forwarded but not recorded", _named(caller),
@@ -193,7 +247,8 @@ class Forwarder:
         call.chunks.extend(TimedChunk(end, c) for c in decoder.close())
         self.sink.record(caller, call)
 
-    def _record_failure(self, target: Target, failed: Failed) -> None:
+    def _record_failure(self, target: Target, failed: Failed) -> Iterator[None]:
+        yield
         self.sink.record_failure(target.caller, target.call, failed)
 
     def _decode(self, decoder: StreamDecoder, events: list[SSEEvent], call: ObservedCall, at: int,
@@ -211,6 +266,14 @@ class Forwarder:
     def _failed(self, caller: Caller, status: int, message: str) -> None:
         if self.on_failure is not None:
             self.on_failure(caller, status, message)
+
+
+def offers_tools(request: Request) -> bool:
+    """Whether the request offers any tool, without decoding its (often large) tool definitions."""
+    raw = request.raw_tools
+    if isinstance(raw, msgspec.Raw):
+        return b"".join(bytes(raw).split()) not in (b"", b"[]", b"null")
+    return bool(raw)
 
 
 def _named(caller: Caller) -> str:

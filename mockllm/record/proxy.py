@@ -18,12 +18,11 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-import msgspec
 from aiohttp import web
 
 from mockllm.errors import RequestError
-from mockllm.record.call import observe
-from mockllm.record.forward import Forwarder, OnFailure, Target, now_ms
+from mockllm.record.call import ObservedCall, observe
+from mockllm.record.forward import Forwarder, OnFailure, Target, now_ms, offers_tools
 from mockllm.record.tree import Caller, Lineage, SessionTree
 from mockllm.replay.conversations import ConversationIndex
 from mockllm.replay.routing import calling_session, header_session
@@ -50,9 +49,9 @@ class Recorder:
 
     @classmethod
     def into(cls, tree: SessionTree, upstream: str, client: Any, session_headers: tuple[str, ...],
-             on_failure: OnFailure | None = None) -> Recorder:
-        """A recorder writing `tree`, forwarding with the aiohttp `client`."""
-        return cls(tree, upstream, Forwarder(client, tree, on_failure), session_headers)
+             on_failure: OnFailure | None = None, *, defer: bool = False) -> Recorder:
+        """A recorder writing `tree`, forwarding with the aiohttp `client` (`defer`: see `Forwarder`)."""
+        return cls(tree, upstream, Forwarder(client, tree, on_failure, defer=defer), session_headers)
 
     def session_of(self, headers: Mapping[str, str], request: Request) -> str:
         """The calling session's recorded id, found as replay will find it (`replay.routing`)."""
@@ -78,9 +77,16 @@ class Recorder:
                 log.warning("%s: not recorded: %s", request.path, exc)
         url = url or self.upstream + request.path_qs[len("/v1"):]
         # Routed and numbered as it arrives, before it is forwarded: the order answers end in must
-        # not decide which session a request joins, nor the order of sessions in the tree.
-        target = None if neutral is None or dialect is None else Target(self._caller(request.headers, neutral), observe(
-            neutral.tail, now_ms(), arrival=self.tree.arrived(), offers_tools=offers_tools(neutral)))
+        # not decide which session a request joins, nor the order of sessions in the tree. What it
+        # brings is read then too, unless the call is recorded later anyway (`defer`).
+        target = None
+        if neutral is not None and dialect is not None:
+            caller, started, arrival = self._caller(request.headers, neutral), now_ms(), self.tree.arrived()
+            if self.forwarder.defer:
+                target = Target(caller, ObservedCall([], False, started, arrival=arrival), neutral)
+            else:
+                target = Target(caller, observe(neutral.tail, started, arrival=arrival,
+                                                offers_tools=offers_tools(neutral)))
         return await self.forwarder.forward(request, url, body, dialect, target)
 
     def _caller(self, headers: Mapping[str, str], request: Request) -> Caller:
@@ -95,14 +101,6 @@ def lineage_of(headers: Mapping[str, str]) -> Lineage:
     """What a call's headers say of its session's lineage (`x-mockllm-parent`, `x-mockllm-fork`)."""
     return Lineage(headers.get(PARENT_HEADER) or None,
                    headers.get(FORK_HEADER, "").strip().lower() in ("true", "1", "yes"))
-
-
-def offers_tools(request: Request) -> bool:
-    """Whether the request offers any tool, without decoding its (often large) tool definitions."""
-    raw = request.raw_tools
-    if isinstance(raw, msgspec.Raw):
-        return b"".join(bytes(raw).split()) not in (b"", b"[]", b"null")
-    return bool(raw)
 
 
 def create_app(recorder: Recorder) -> web.Application:

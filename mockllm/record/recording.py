@@ -40,10 +40,10 @@ from mockllm.dsh.header import SessionHeader
 from mockllm.dsh.names import MANIFEST_FILE, PRIMARY_FILE, SIDECAR_FILE
 from mockllm.errors import AlreadyRecorded, RecordError
 from mockllm.options import parse_upstream
-from mockllm.record.call import ObservedCall, observe
+from mockllm.record.call import ObservedCall
 from mockllm.record.episodes import LiveSession, continued_log, next_child_number, trim_sidecar, write_new_session
 from mockllm.record.forward import Forwarder, OnFailure, Target, now_ms
-from mockllm.record.proxy import Recorder, lineage_of, offers_tools
+from mockllm.record.proxy import Recorder, lineage_of
 from mockllm.record.redact import Redactor
 from mockllm.record.side import write_json
 from mockllm.record.tree import Caller, Failed, SessionTree
@@ -105,7 +105,7 @@ class RunRecording(ABC):
         self.redactor = Redactor(cwd=cwd)
         self.cwd = cwd
         self.staging = folder.parent / f".{folder.name}.recording-{uuid.uuid4().hex[:8]}"
-        self.hosts: dict[str, None] = {}  # the upstream hosts called, in first-call order
+        self.hosts: dict[str, str] = {}  # upstream base -> its host, in first-call order
         self.live_calls = 0
         self._calling = 0  # calls being forwarded now
         # Folders made for the staging folder (a group folder, the recordings folder): removed again
@@ -123,7 +123,8 @@ class RunRecording(ABC):
             return web.Response(status=502, body=dialect.error_body(message, "no_upstream", 502),
                                 content_type="application/json", headers={"x-should-retry": "false"})
         url = base + tail
-        self.hosts.setdefault(host_of(url))
+        if base not in self.hosts:
+            self.hosts[base] = host_of(base)
         self.live_calls += 1
         self._calling += 1
         try:
@@ -176,7 +177,7 @@ class RunRecording(ABC):
 
     def _write_and_publish(self) -> str:
         what = self._write()
-        stamp(self.staging, self.mode, list(self.hosts))
+        stamp(self.staging, self.mode, list(dict.fromkeys(self.hosts.values())))
         publish(self.staging, self.folder, replace=self.mode != "once")
         self._remove_made(keep=self.folder.parent)
         return what
@@ -206,8 +207,10 @@ class TreeRecording(RunRecording):
                  on_failure: OnFailure, cwd: str | None, session_headers: tuple[str, ...]) -> None:
         super().__init__(mode, name, folder, upstreams, client, on_failure, cwd)
         self.make_parents()
-        self.tree = SessionTree(self.staging, redactor=self.redactor, cwd=bool(cwd))
-        self.recorder = Recorder.into(self.tree, "", client, session_headers, on_failure)
+        # Not durable call by call: the folder is renamed into place only once complete and closed.
+        self.tree = SessionTree(self.staging, redactor=self.redactor, cwd=bool(cwd), durable=False)
+        # Written when the run ends: its calls are decoded then, off every client's path.
+        self.recorder = Recorder.into(self.tree, "", client, session_headers, on_failure, defer=True)
 
     @property
     def forwarder(self) -> Forwarder:
@@ -242,7 +245,7 @@ class EpisodeRecording(RunRecording):
         super().__init__("new_episodes", scenario.name, scenario.path, upstreams, client, on_failure, cwd)
         self.scenario = scenario
         self.sessions: dict[str, LiveSession] = {}  # by live id, in the order they went live
-        self._forwarder = Forwarder(client, self, on_failure)
+        self._forwarder = Forwarder(client, self, on_failure, defer=True)
         self._arrivals = 0
 
     @property
@@ -260,8 +263,8 @@ class EpisodeRecording(RunRecording):
                 lineage_of(request.headers).parent,
                 recorded_id=live_id if live.named else str(uuid.uuid4()))
         self._arrivals += 1
-        call = observe(neutral.tail, now_ms(), arrival=self._arrivals, offers_tools=offers_tools(neutral))
-        return await self._forwarder.forward(request, url, body, dialect, Target(Caller(live_id), call))
+        call = ObservedCall([], False, now_ms(), arrival=self._arrivals)  # its inputs are read when it is recorded
+        return await self._forwarder.forward(request, url, body, dialect, Target(Caller(live_id), call, neutral))
 
     # -- the Sink the forwarder records into ------------------------------------------------------
 

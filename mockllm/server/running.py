@@ -6,18 +6,15 @@ the Python API and the pytest plugin agree on it.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import gc
 import importlib.resources
 import logging
 import sys
-from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 from mockllm.errors import MockllmError
-from mockllm.hosting.listen import CannotListen, listen, serve_until_signalled
+from mockllm.hosting.listen import CannotListen, listen, run_main, serve_until_signalled
 from mockllm.hosting.listen import RunningServer as RunningServer  # the Python API and tests take it from here
 from mockllm.options import ServeOptions
 from mockllm.scenario import dshenv
@@ -80,13 +77,8 @@ def serve_forever(path: Path | None, options: ServeOptions) -> int:
         print(f"mockllm: scenario {name} is broken and will not be served:\n{error}", file=sys.stderr)
     for name in suite.skipped:
         print(f"mockllm: skipped {suite.path / name}: not a scenario", file=sys.stderr)
-    run: Callable[[Coroutine[Any, Any, None]], None] = asyncio.run
-    with contextlib.suppress(ImportError):
-        import uvloop
-
-        run = uvloop.run  # not an event loop policy: asyncio deprecates those from Python 3.14
     try:
-        run(_serve(suite, options))
+        run_main(_serve(suite, options))
     except CannotListen as exc:
         print(f"mockllm: {exc}", file=sys.stderr)
         return 1

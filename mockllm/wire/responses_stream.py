@@ -67,6 +67,8 @@ def _item_text(item: dict[str, Any]) -> str | None:
 
 
 class ResponsesStreamDecoder(StreamDecoder):
+    chains = True  # a later request may continue an answer by its id (previous_response_id)
+
     def __init__(self) -> None:
         self._blocks: list[OpenBlock] = []
         self._by_output: dict[int, OpenBlock] = {}  # output_index -> block
