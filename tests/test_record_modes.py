@@ -310,3 +310,16 @@ async def test_a_live_call_passes_each_upstream_piece_on_before_the_next_exists_
     assert report.recording is not None and report.recording.written
     assert [len(s.entries) for s in mockllm.load_scenario(tmp_path / "case").sessions] == [1]
 
+
+
+def test_serve_takes_record_mode_and_upstream_flags(tmp_path):
+    from mockllm.cli.main import _parser
+    from mockllm.options import from_arguments
+
+    args = _parser().parse_args(["serve", str(tmp_path), "--record-mode", "new_episodes", "--upstream",
+                                 "http://127.0.0.1:1/v1", "--upstream", "anthropic=http://127.0.0.1:2"])
+    options = from_arguments(args)
+    assert options.record_mode == "new_episodes"
+    assert options.upstream == ("http://127.0.0.1:1/v1", "anthropic=http://127.0.0.1:2")
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["serve", "--record-mode", "sometimes"])

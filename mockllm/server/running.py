@@ -16,7 +16,8 @@ from typing import Any
 from mockllm.errors import MockllmError
 from mockllm.hosting.listen import CannotListen, listen, run_main, serve_until_signalled
 from mockllm.hosting.listen import RunningServer as RunningServer  # the Python API and tests take it from here
-from mockllm.options import ServeOptions
+from mockllm.options import ServeOptions, parse_upstream
+from mockllm.record.recording import host_of
 from mockllm.scenario import dshenv
 from mockllm.scenario.load import Suite, load_suite
 from mockllm.server.app import create_app
@@ -101,6 +102,9 @@ async def _serve(suite: Suite, options: ServeOptions) -> None:
         banner.append(f"  {server.base_url}/v1")
     banner += [f"  {server.base_url}/scenarios/{name}/v1" for name in names]
     banner.append(f"  runs: POST {server.base_url}/_mockllm/runs {{\"scenario\": NAME}}")
+    if options.upstream:
+        hosts = ", ".join(host_of(parse_upstream(u)[1]) for u in options.upstream)
+        banner.append(f"  record mode {options.record_mode} (per run: \"record_mode\"); live calls go to {hosts}")
     try:
         await serve_until_signalled(server, banner)
     finally:
