@@ -15,6 +15,7 @@ import openai
 import pytest
 
 import mockllm
+from mockllm.cli.validate import check_suite
 from mockllm.options import parse_upstream
 from mockllm.record.recording import Upstreams, host_of
 from mockllm.server.app import SERVER_KEY
@@ -48,14 +49,14 @@ def chat(run: mockllm.Run, texts: list[str], session: str = "agent") -> list[str
         return answers
 
 
-def tool_loop(run: mockllm.Run) -> str:
+def tool_loop(run: mockllm.Run, result: str = "3") -> str:
     """One tool call, its result sent back, the final answer (streamed)."""
     with openai.OpenAI(base_url=run.base_url, api_key=KEY, max_retries=0) as client:
         messages: list[Any] = [{"role": "user", "content": 'CALL add {"a": 1, "b": 2}'}]
         first = client.chat.completions.create(model="m", messages=messages, tools=TOOLS)  # type: ignore[arg-type]
         call = first.choices[0].message.tool_calls[0]  # type: ignore[index]
         messages += [first.choices[0].message.model_dump(exclude_none=True),
-                     {"role": "tool", "tool_call_id": call.id, "content": "3"}]
+                     {"role": "tool", "tool_call_id": call.id, "content": result}]
         stream = client.chat.completions.create(model="m", messages=messages, tools=TOOLS,  # type: ignore[arg-type]
                                                 stream=True)
         return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
@@ -148,6 +149,7 @@ def test_new_episodes_continues_a_session_past_its_end_and_adds_a_new_one(upstre
         assert after["session.jsonl"].split(b"\n")[: len(kept) - 4] == kept[:-4], "recorded calls kept as they were"
         header = json.loads(after["session.2.jsonl"].split(b"\n")[0])
         assert header["id"] == "helper" and header["parentSession"] == "agent"
+        assert [str(d) for d in check_suite(mockllm.load_suite(tmp_path, keep_logs=True))] == [], "mockllm check"
         upstream.stop()
         with server.run("case") as run:
             assert chat(run, ["one", "two", "three"], "agent") == ["echo: one", "echo: two", "echo: three"]
@@ -171,6 +173,24 @@ def test_new_episodes_takes_a_diverged_call_live_and_reports_the_divergence(upst
         with server.run("case") as run:
             assert chat(run, ["one", "changed"]) == ["echo: one", "echo: changed"]
             run.assert_consumed()
+
+
+def test_new_episodes_continues_a_tool_loop_from_the_step_whose_tool_result_changed(upstream, tmp_path):
+    with mockllm.Server(tmp_path, upstream=upstream.url) as server:
+        with server.run("loop", record_mode="once") as run:
+            assert tool_loop(run, "3") == "got: 3"
+        with server.run("loop", record_mode="new_episodes") as run:
+            assert tool_loop(run, "4") == "got: 4"
+        [went] = run.end().went_live
+        assert (went.call, went.code) == (1, "request_diverged") and "the tool result" in went.why
+        upstream.stop()
+        with server.run("loop") as run:
+            assert tool_loop(run, "4") == "got: 4"
+            run.assert_consumed()
+    assert mockllm.load_scenario(tmp_path / "loop").primary.entries[0] is not None
+    events = [json.loads(line)["type"] for line in (tmp_path / "loop" / "session.jsonl").read_text().splitlines()[1:]]
+    assert events.count("turn/start") == events.count("turn/end") == 1, "one turn, its two steps continued"
+    assert events.count("step/start") == events.count("step/end") == 2
 
 
 @pytest.mark.parametrize("mode", ["once", "new_episodes"])
