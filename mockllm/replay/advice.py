@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mockllm.scenario.load import SessionScript
+from mockllm.scenario.side_routes import SideRoute
 from mockllm.wire.dialect import Message, Request
 
 if TYPE_CHECKING:
@@ -53,6 +54,13 @@ def unrecorded(run: Run, live_id: str, request: Request | None, owned: bool) -> 
         f"{gist(expected)}, this request has {gist(got)}. The usual cause is a turn sent without the "
         "history before it (send the whole conversation every call); a subagent of its own needs its own "
         "x-mockllm-session header")
+
+
+def side_exhausted(run: Run, side: SideRoute, call: int) -> str:
+    """Why call `call` (0-based) of a side route past its script's end fails, and what to do."""
+    return (f"run {run.id}: side route {side.model!r} ({side.file}) got call {call + 1} but its script has "
+            f"{len(side.entries)} entries; add entries to {side.file}, or set \"repeat\": true in mockllm.json "
+            "to serve its last entry again")
 
 
 def gist(message: Message | None, limit: int = 80) -> str:

@@ -7,12 +7,10 @@ the reply, its pacing schedule and whether it holds, and the faults asked for. I
 `Outcome` for the server to write. A session's cursor advances when its request arrives, so a
 session's call order (not stream timing) fixes which entry it gets.
 
-Record modes: a run that records from scratch (`recording`: `once` for a scenario with no
-recording, `rewrite`) answers every call `Live`: the server forwards it and the recording routes it
-as `mockllm record` does. Under `new_episodes` (`episodes`) a call the recording cannot serve (an
-unrecorded session, a call past its script's end, a diverged call: every request is compared
-before it is answered) is answered `Live` instead of failing, and its session is live from then on;
-`went_live` says which sessions went live, where and why, for the report and the rewrite.
+Record modes: a run that records from scratch (`recording`) answers every call `Live`; under
+`new_episodes` (`episodes`) a call the recording cannot serve (an unrecorded session, a call past
+its script's end, a diverged call: compared before it is answered) is `Live` instead of failing,
+and its session is live from then on (`went_live`: which, where and why).
 
 Retries stay in step: a request that repeats a call whose answer did not reach the client whole
 (a status or cut fault answered it, or the client left mid-stream), in the same session, gets
@@ -33,7 +31,7 @@ from typing import NamedTuple
 
 from mockllm.errors import ReplayFailure, TemplateError
 from mockllm.options import Headerless, RunSettings
-from mockllm.replay.advice import exhausted, unrecorded
+from mockllm.replay.advice import exhausted, side_exhausted, unrecorded
 from mockllm.replay.binding import Binding, Bindings, digest, retry_count
 from mockllm.replay.catalog import Catalog
 from mockllm.replay.conversations import ConversationIndex
@@ -228,8 +226,7 @@ class Run:
         """A call of a session that left the recording: it goes to the upstream."""
         went = self.went_live[live_id]
         script = next((s for s in self.scenario.sessions if s.file == went.session), None)
-        named = live_id != ANONYMOUS and not self.conversations.owns(live_id)
-        return Live(record, live_id, script, went.call, named)
+        return Live(record, live_id, script, went.call, live_id != ANONYMOUS and not self.conversations.owns(live_id))
 
     def _go_live(self, live_id: str, script: int | None, call: int, code: str, why: str) -> WentLive:
         """Under new_episodes: the session leaves the recording at `call`; its calls go to the upstream."""
@@ -332,13 +329,7 @@ class Run:
             return call
         if side.repeat and side.entries:
             return len(side.entries) - 1
-        raise self.fail(ReplayFailure(
-            410, "script_exhausted",
-            f"run {self.id}: side route {side.model!r} ({side.file}) got call {call + 1} but its script has "
-            f"{len(side.entries)} entries; add entries to {side.file}, or set \"repeat\": true in mockllm.json "
-            "to serve its last entry again",
-            None, call,
-        ))
+        raise self.fail(ReplayFailure(410, "script_exhausted", side_exhausted(self, side, call), None, call))
 
     # -- held calls ------------------------------------------------------------------------------
 
