@@ -116,8 +116,12 @@ class _RunInfo:
         self.id: str = body["run"]
         self.scenario = scenario
         self.base_url: str = body["base_url"]  # ends in /v1: an OpenAI client's base_url
-        # The Anthropic SDK adds /v1 itself: its base_url is the run's base without it.
-        self.anthropic_base_url: str = self.base_url.removesuffix("/v1")
+        # The base without /v1, for every client that adds its own version path: google-genai's
+        # base_url (it adds /v1beta or /v1) and the ollama client's host (it adds /api). One name
+        # for all of them, since it is one address: a client's name would only repeat it.
+        self.root_url: str = self.base_url.removesuffix("/v1")
+        # The Anthropic SDK adds /v1 itself: its base_url is the root too (named before root_url was).
+        self.anthropic_base_url: str = self.root_url
         self._admin = f"{server_url}/_mockllm/runs/{self.id}"
         self._final: RunReport | None = None
 
@@ -129,7 +133,7 @@ class _RunInfo:
         return f"<{type(self).__name__} {self.id} of {self.scenario!r} at {self.base_url}>"
 
 
-class Run(_RunInfo):
+class RunHandle(_RunInfo):
     """One replay of a scenario on a `Server` (its own bindings, cursors and failures).
 
     A context manager: leaving it ends the run.
@@ -153,6 +157,11 @@ class Run(_RunInfo):
         if self._final is None:
             self._final = RunReport.from_json(self._server.admin("DELETE", _ending(self._admin, discard)))
         return self._final
+
+    def report_html(self) -> str:
+        """The run as one self-contained HTML file (`GET /_mockllm/runs/{run}/report.html`): live,
+        or ended lately (the server keeps its latest ended runs' reports)."""
+        return self._server.fetch_text(f"{self._admin}/report.html")
 
     def assert_consumed(self) -> None:
         """Raise RunNotClean (an AssertionError carrying the whole report) when any failure was
@@ -248,12 +257,12 @@ class Server:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
 
-    def run(self, scenario: str, *, cwd: PathLike | None = None, **fields: Any) -> Run:
+    def run(self, scenario: str, *, cwd: PathLike | None = None, **fields: Any) -> RunHandle:
         """A fresh run of `scenario` (`POST /_mockllm/runs`). `cwd` replaces `{{cwd}}` and anchors
         readyFiles; other `fields` are sent as given (per-run options, DESIGN.md §5).
         An unknown or broken scenario raises AdminError with the server's reason."""
         body = self.admin("POST", f"{self.url}/_mockllm/runs", _run_body(scenario, cwd, fields))
-        return Run(self, body, scenario)
+        return RunHandle(self, body, scenario)
 
     def admin(self, method: str, url: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """One admin call: the decoded JSON answer, or AdminError."""
@@ -266,8 +275,19 @@ class Server:
             with error:
                 return _admin_result(error.code, error.read())
 
+    def fetch_text(self, url: str) -> str:
+        """A page the server renders (an inspector report), or AdminError."""
+        try:
+            with self._opener.open(url, timeout=ADMIN_TIMEOUT) as response:
+                text: str = response.read().decode("utf-8")
+                return text
+        except urllib.error.HTTPError as error:
+            with error:
+                _admin_result(error.code, error.read())  # raises AdminError with the server's reason
+                raise
 
-class AsyncRun(_RunInfo):
+
+class AsyncRunHandle(_RunInfo):
     """One replay of a scenario on an `AsyncServer`; `async with` ends it."""
 
     def __init__(self, server: AsyncServer, body: dict[str, Any], scenario: str) -> None:
@@ -285,6 +305,10 @@ class AsyncRun(_RunInfo):
         if self._final is None:
             self._final = RunReport.from_json(await self._server.admin("DELETE", _ending(self._admin, discard)))
         return self._final
+
+    async def report_html(self) -> str:
+        """The run as one self-contained HTML file; see `RunHandle.report_html`."""
+        return await self._server.fetch_text(f"{self._admin}/report.html")
 
     async def assert_consumed(self) -> None:
         """Raise RunNotClean when any failure was answered or a recorded call was not requested."""
@@ -347,10 +371,10 @@ class AsyncServer:
                         tb: TracebackType | None) -> None:
         await self.stop()
 
-    async def run(self, scenario: str, *, cwd: PathLike | None = None, **fields: Any) -> AsyncRun:
+    async def run(self, scenario: str, *, cwd: PathLike | None = None, **fields: Any) -> AsyncRunHandle:
         """A fresh run of `scenario`; see `Server.run`."""
         body = await self.admin("POST", f"{self.url}/_mockllm/runs", _run_body(scenario, cwd, fields))
-        return AsyncRun(self, body, scenario)
+        return AsyncRunHandle(self, body, scenario)
 
     async def admin(self, method: str, url: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """One admin call: the decoded JSON answer, or AdminError."""
@@ -358,6 +382,16 @@ class AsyncServer:
             raise MockllmError("the server is not running")
         async with self._http.request(method, url, json=body) as response:
             return _admin_result(response.status, await response.read())
+
+    async def fetch_text(self, url: str) -> str:
+        """A page the server renders (an inspector report), or AdminError."""
+        if self._http is None:
+            raise MockllmError("the server is not running")
+        async with self._http.get(url) as response:
+            raw = await response.read()
+            if response.status >= 400:
+                _admin_result(response.status, raw)
+            return raw.decode("utf-8")
 
 
 async def _start(suite: Suite, options: ServeOptions) -> RunningServer:

@@ -171,11 +171,11 @@ class ServeOptions:
         (), "mask matches of REGEX in recorded and live inputs before comparing them (repeatable)",
         metavar="REGEX", repeat=True)
     normalize: bool = _option(True, "mask what agents vary between runs (UUIDs, hex ids, ISO dates and times, "
-                              "durations in ms, temp folders) before comparing inputs", metavar="true|false",
+                              "measured durations, temp folders) before comparing inputs", metavar="true|false",
                               switch=True)
     bind: Bind = _option("content", "bind a new live session to the script whose first recorded inputs match its "
-                         "request (twins in recorded order), or to the next script in first-call order",
-                         choices=BINDS)
+                         "request (twins by their recorded system prompt, else in recorded order), or to the next "
+                         "script in first-call order", choices=BINDS)
     divergence: DivergencePolicy = _option(
         "fail", "whether a call that differs from the recording fails the run's checks (fail) or is only "
         "reported (warn)", choices=("fail", "warn"))

@@ -16,10 +16,14 @@ Glue only, over the Python API (`mockllm.api`):
   `--mockllm-record-in-ci` is given: recording in CI is almost always a mistake that burns keys.
 - Every serve option is also `--mockllm-<flag>` and ini `mockllm_<name>`, generated from
   `ServeOptions`; the command line wins over the ini file. The port defaults to 0 (a free one).
+- A test whose run fails leaves the run's one-file HTML report (the inspector's view of it) in
+  `--mockllm-report-dir` (ini `mockllm_report_dir`; default `mockllm/` under pytest's cache
+  folder), and the failure message names the file.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shlex
@@ -32,10 +36,12 @@ import pytest
 from mockllm.options import RUN_FIELDS, argument_specs
 
 if TYPE_CHECKING:
-    from mockllm.api import Run, Server
+    from mockllm.api import RunHandle, Server
     from mockllm.replay.report import RecordingReport
 
 RECORDINGS = "mockllm_recordings"
+REPORT_DIR = "mockllm_report_dir"
+NAME_KEPT = 180  # characters of a node id in a report's file name: file systems allow 255 bytes
 PREFIX = "mockllm-"
 MARKER = ("mockllm(scenario, consume=True): the scenario `mockllm_run` replays (none: the one named after the test, "
           "{file stem}/{test}); consume=False allows calls left over; keywords such as bind=, strict=, ignore_input=, "
@@ -55,6 +61,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="scenario or suite folder the mockllm_server fixture serves (default: recordings/ "
                          "under the rootdir)")
     parser.addini(RECORDINGS, "scenario or suite folder mockllm_server serves, relative to this file")
+    group.addoption("--mockllm-report-dir", dest=REPORT_DIR, metavar="DIR", default=None,
+                    help="where a test whose mockllm run fails leaves the run's HTML report (default: mockllm/ "
+                         "under pytest's cache folder)")
+    parser.addini(REPORT_DIR, "where failing tests' mockllm HTML reports go, relative to this file")
     group.addoption("--mockllm-record-in-ci", dest=RECORD_IN_CI, action="store_true", default=False,
                     help="allow a record mode other than none when the CI environment variable is set")
     for flag, kwargs in argument_specs(PREFIX):
@@ -84,14 +94,6 @@ def _ci_refusal(mode: str) -> str:
     return (f"mockllm: record mode {mode} refused: CI is set, and recording in CI is almost always a mistake "
             "that burns keys. Replay in CI (record mode none, the default); pass --mockllm-record-in-ci to record "
             "anyway")
-
-
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_makereport(item: pytest.Item,
-                              call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    report = yield
-    item.stash.setdefault(REPORTS, {})[report.when] = report
-    return report
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
@@ -152,7 +154,7 @@ def mockllm_server(pytestconfig: pytest.Config) -> Iterator[Server]:
 
 
 @pytest.fixture
-def mockllm_run(request: pytest.FixtureRequest, mockllm_server: Server) -> Iterator[Run]:
+def mockllm_run(request: pytest.FixtureRequest, mockllm_server: Server) -> Iterator[RunHandle]:
     """A fresh run of the marker's scenario (`.base_url`, `.headers(session_id)`, `.report()`);
     checked at teardown."""
     from mockllm.api import AdminError
@@ -176,7 +178,62 @@ def mockllm_run(request: pytest.FixtureRequest, mockllm_server: Server) -> Itera
     if report.problems(require_consumed=consume):
         where = "" if consume else " (consume=False: calls left over are allowed)"
         pytest.fail(f"{node.nodeid}: the mockllm run did not go as recorded{where}\n"
-                    + report.describe(require_consumed=consume) + "\n" + _again(request, "rewrite"), pytrace=False)
+                    + report.describe(require_consumed=consume) + "\n" + save_report(request, run) + "\n"
+                    + _again(request, "rewrite"), pytrace=False)
+
+
+def report_dir(config: pytest.Config) -> Path:
+    """Where failing tests' reports go: the flag (relative to the invocation folder), the ini option
+    (relative to the ini file), else `mockllm/` under pytest's cache folder."""
+    flag = config.getoption(REPORT_DIR)
+    if flag:
+        return Path(config.invocation_params.dir, flag)
+    ini = config.getini(REPORT_DIR)
+    if ini:
+        return Path(config.inipath.parent if config.inipath else config.rootpath, ini)
+    try:
+        cache = str(config.getini("cache_dir"))
+    except ValueError:  # the cache provider is off (-p no:cacheprovider): its usual folder all the same
+        cache = ".pytest_cache"
+    return config.rootpath / os.path.expandvars(os.path.expanduser(cache)) / "mockllm"
+
+
+def report_name(nodeid: str) -> str:
+    """A file name for a test's report: its node id with `/`, `\\`, `:` and control characters as `_`
+    (a long one cut, with a digest of the whole id to keep it unique)."""
+    name = re.sub(r"[/\\:\x00-\x1f\x7f]", "_", nodeid)
+    if len(name) > NAME_KEPT:
+        name = name[:NAME_KEPT] + "-" + hashlib.blake2b(nodeid.encode(), digest_size=6).hexdigest()
+    return name + ".html"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item,
+                               call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A test that failed on its own (its run may be fine: an assertion on the agent's answer) also
+    leaves its run's report, named in a section of its failure. Each phase's report is kept for the
+    run's teardown: a recording is kept only if the test passed."""
+    report: pytest.TestReport = yield
+    item.stash.setdefault(REPORTS, {})[report.when] = report
+    run = getattr(item, "funcargs", {}).get("mockllm_run")
+    if report.when == "call" and report.failed and run is not None:
+        report.sections.append(("mockllm", save_report(item, run)))
+    return report
+
+
+def save_report(item: pytest.Item | pytest.FixtureRequest, run: RunHandle) -> str:
+    """Save the run's HTML report for a failed test; the line that names the file (or why there is none)."""
+    from mockllm.errors import MockllmError
+
+    node = item.node if isinstance(item, pytest.FixtureRequest) else item
+    path = report_dir(node.config) / report_name(node.nodeid)
+    try:
+        html = run.report_html()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(html, encoding="utf-8")
+    except (MockllmError, OSError) as exc:  # the report is a help: its absence must not hide the failure
+        return f"mockllm report: not saved ({exc})"
+    return f"mockllm report: {path}"
 
 
 def _again(request: pytest.FixtureRequest, mode: str) -> str:

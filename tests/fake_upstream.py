@@ -16,6 +16,9 @@ from typing import Any
 
 from aiohttp import web
 
+# Streamed answers, by their media type (Ollama streams NDJSON), with the Content-Type sent.
+STREAMED = {"text/event-stream": "text/event-stream; charset=utf-8", "application/x-ndjson": "application/x-ndjson"}
+
 
 @dataclass
 class Answer:
@@ -34,11 +37,12 @@ class FakeUpstream:
     base_url: str = ""
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        self.received.append({"path": request.path, "headers": dict(request.headers), "body": await request.read()})
+        self.received.append({"path": request.path, "query": request.query_string, "headers": dict(request.headers),
+                              "body": await request.read()})
         answer = self.answers.pop(0)
-        if answer.status >= 400 or answer.content_type != "text/event-stream":
+        if answer.status >= 400 or answer.content_type not in STREAMED:
             return web.Response(status=answer.status, body=b"".join(answer.pieces), content_type=answer.content_type)
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
+        response = web.StreamResponse(headers={"Content-Type": STREAMED[answer.content_type],
                                                "x-request-id": "req_upstream"})
         await response.prepare(request)
         for k, piece in enumerate(answer.pieces):
@@ -57,7 +61,7 @@ class FakeUpstream:
 async def running_upstream() -> AsyncIterator[FakeUpstream]:
     upstream = FakeUpstream()
     app = web.Application()
-    app.router.add_route("*", "/v1/{tail:.*}", upstream.handle)
+    app.router.add_route("*", "/{tail:.*}", upstream.handle)  # /v1/…, and beside it (/v1beta/…, /api/…)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -269,3 +269,21 @@ def test_report_problems(body: dict[str, Any], problems: list[str]) -> None:
     assert report.problems() == problems
     assert report.state == body
     assert ("1 problem(s)" in report.describe()) == bool(problems)
+
+
+def test_root_url_is_the_base_for_clients_that_add_their_own_version_path(srv: mockllm.Server) -> None:
+    """google-genai and the ollama client (sync, as most scripts use them) on `run.root_url`."""
+    import ollama
+    from google import genai
+
+    with srv.run("tool-loop") as run:
+        assert run.root_url + "/v1" == run.base_url == run.anthropic_base_url + "/v1"
+        with ollama.Client(host=run.root_url, headers=run.headers("agent")) as local:
+            first = local.chat(model="m", messages=USER, stream=False)
+        assert [c.function.name for c in first.message.tool_calls or ()] == ["bash"]
+        gemini = genai.Client(api_key="x", http_options={"base_url": run.root_url, "headers": run.headers("agent")})
+        second = gemini.models.generate_content(model="m", contents="list it")
+        assert [p.function_call.name for p in second.candidates[0].content.parts if p.function_call] == [
+            "bash", "read_file"]
+        gemini.close()
+        assert [s.served for s in run.report().sessions] == [2]

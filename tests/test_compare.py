@@ -62,7 +62,17 @@ def test_user_messages_are_compared_in_order() -> None:
     ("took 1532 ms", "took 87ms"),
     ("wrote /tmp/tmpa81xk2/out.txt now", "wrote /tmp/pytest-of-ci/pytest-7/out.txt now"),
     ("at 10:00:01.5", "at 23:59:59"),
-], ids=["uuid", "iso-datetime", "iso-date", "hex-id", "duration-ms", "temp-folder", "time"])
+    # Claude Code's Task result: a fresh agentId (7 or 17 hex digits) and the subagent's measured time.
+    ("agentId: a6538a2 (for resuming)\n<usage>total_tokens: 21568\ntool_uses: 11\nduration_ms: 24737</usage>",
+     "agentId: ad95d26 (for resuming)\n<usage>total_tokens: 21568\ntool_uses: 11\nduration_ms: 3310</usage>"),
+    ("agentId: a063aa6b3b2398874 (for resuming)", "agentId: a4ed1027e53e6a289 (for resuming)"),
+    # Codex's shell results, structured and freeform.
+    ('{"output": "ok", "metadata": {"exit_code": 0, "duration_seconds": 0.1}}',
+     '{"output": "ok", "metadata": {"exit_code": 0, "duration_seconds": 2}}'),
+    ("Exit code: 0\nWall time: 0 seconds\nOutput:\nok", "Exit code: 0\nWall time: 1.3 seconds\nOutput:\nok"),
+    ("tests passed in 4.21s", "tests passed in 12s"),
+], ids=["uuid", "iso-datetime", "iso-date", "hex-id", "duration-ms", "temp-folder", "time", "claude-code-agent-result",
+        "long-agent-id", "codex-structured", "codex-freeform", "seconds"])
 def test_built_in_normalisations_mask_what_agents_vary(recorded: str, live: str) -> None:
     how = Comparison(masks_for((), normalize=True))
     assert compare([Input("user", recorded)], [Input("user", live)], how) is None
@@ -72,6 +82,9 @@ def test_built_in_normalisations_mask_what_agents_vary(recorded: str, live: str)
 def test_normalisations_leave_ordinary_words_and_numbers_alone() -> None:
     text = "add 1234567890123 to the deadbeef cafe total of 42, then run make"
     assert masked(text, BUILTIN) == text
+    ids = "call_abc1234def and toolu_01Oslo7kQv are ids the replay serves back; #1a2b3c is a colour; 2 sons"
+    assert masked(ids, BUILTIN) == ids
+    assert compare([Input("user", "exit code: 0")], [Input("user", "exit code: 1")], Comparison(BUILTIN)) is not None
 
 
 def test_a_diff_is_computed_on_the_masked_texts() -> None:

@@ -236,3 +236,12 @@ def test_a_status_fault_keeps_the_cursor_and_counts_the_retry(four: Path) -> Non
     assert isinstance(faulted, Whole) and faulted.status == 429 and faulted.headers == {"x-should-retry": "true"}
     assert ask(run, "q0").record.call == 0
     assert run.bound(0).retries == 1 and [f.fault for f in run.faults_served] == ["status 429"]  # type: ignore[union-attr]
+
+
+def test_a_cut_fault_on_a_whole_request_drops_it_and_keeps_the_entry(four: Path) -> None:
+    run = Run("r", load_scenario(four), RunSettings(faults=(Fault(call=0, cut_after=3),)))
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "q"}]}).encode()
+    cut = run.answer("p", DEFAULT.decode_request(body), DEFAULT, (), body)
+    assert isinstance(cut, Stream) and cut.cut_after == 0
+    again = run.answer("p", DEFAULT.decode_request(body), DEFAULT, (), body)
+    assert isinstance(again, Whole) and b"ZERO" in again.body

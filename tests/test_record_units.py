@@ -16,7 +16,7 @@ from mockllm.record.events import SessionEvents
 from mockllm.record.redact import MASK, Redactor, redact_chunks
 from mockllm.record.tree import SessionTree
 from mockllm.script.inputs import recorded_inputs
-from mockllm.wire.dialect import Message, ToolCall
+from mockllm.wire.request import Message, ToolCall
 from mockllm.wire.sse_reader import SSEReader
 
 STREAM = b'data: {"a":1}\r\n\r\nevent: x\ndata: {"b":2}\ndata: {"c":3}\n\n: keep-alive\n\ndata: [DONE]\n\n'
@@ -61,8 +61,8 @@ def test_redacted_chunks_keep_deltas_and_block_end_in_agreement():
     assert deltas == out[3].block.arguments == '{"k":"[REDACTED]"}'
 
 
-def _call(messages, chunks, started=10):
-    call = observe(messages, started)
+def _call(messages, chunks, started=10, system=None):
+    call = observe(messages, started, system=system)
     call.chunks = [TimedChunk(started + 1 + n, c) for n, c in enumerate(chunks)]
     return call
 
@@ -103,6 +103,26 @@ def test_a_request_ending_in_a_user_message_starts_the_next_turn_and_numbers_con
                        "data": {"turn": 2, "trigger": {"kind": "message", "source": {"kind": "user"}}}}
     assert [r["data"]["content"][0]["text"] for r in rows if isinstance(r, dict) and r["type"] == "user/message"] == [
         "task"], "only what came after the last assistant message is a new input"
+
+
+def test_a_sessions_first_call_logs_its_system_prompt_in_a_request_header_as_dsh_does():
+    """The system prompt tells apart subagents asked the same thing (replay binds twins by it):
+    written once, before the first call's step, redacted and with `{{cwd}}` like every string."""
+    events = SessionEvents()
+    prompt = "You are the chef. Work in /home/dev/app/kitchen with key sk-abc."
+    messages = [Message("system", prompt), Message("user", "Oslo")]
+    redactor = Redactor([r"sk-[a-z]+"], cwd="/home/dev/app")
+    first = events.call(_call(messages, TOOL_ANSWER, system=prompt), redactor)
+    assert [r["type"] for r in first[:4] if isinstance(r, dict)] == [
+        "turn/start", "user/message", "request/header", "step/start"]
+    (logged,) = [r["data"] for r in first if isinstance(r, dict) and r["type"] == "request/header"]
+    assert logged == {"header": {"system": "You are the chef. Work in {{cwd}}/kitchen with key [REDACTED]."},
+                      "reason": "initial"}
+    later = events.call(_call([*messages, Message("assistant", "", (ToolCall("c1", "bash", "{}"),)),
+                               Message("tool", "ok", tool_call_id="c1")], TEXT_ANSWER, 50, system=prompt), redactor)
+    assert not [r for r in later if isinstance(r, dict) and r["type"] == "request/header"], "once per session"
+    assert not [r for r in SessionEvents().call(_call([Message("user", "x")], TEXT_ANSWER), redactor)
+                if isinstance(r, dict) and r["type"] == "request/header"], "no system prompt, no header"
 
 
 def test_closing_ends_an_open_step_and_turn():

@@ -11,8 +11,8 @@ import pytest
 
 from mockllm.replay.conversations import ConversationIndex
 from mockllm.replay.routing import calling_session, header_session
-from mockllm.wire.chat import chat_messages
-from mockllm.wire.dialect import Request
+from mockllm.wire.chat_request import chat_messages
+from mockllm.wire.request import Request
 from tests.conftest import assert_mock_error, http, new_run, run_state
 from tests.logbuilder import (
     FORK_ID,

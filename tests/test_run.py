@@ -87,6 +87,50 @@ def test_twins_bind_among_themselves_in_recorded_order(tmp_path: Path) -> None:
     assert [served_text(ask(run, live, "task of a")) for live in ("x", "y")] == ["A0", "B0"]
 
 
+def _specialists(folder: Path, systems: dict[str, str | None]) -> Path:
+    """A coordinator and one specialist per `systems` key, all asked "Oslo" first, each log naming
+    its system prompt in a `request/header` as the recorder writes it (None: no header)."""
+    write_log(folder, "session.jsonl", header("p"), Log().turn("Topics: Oslo", text_call("P0")).rows)
+    for number, (name, system) in enumerate(systems.items(), 1):
+        rows = Log().turn("Oslo", text_call(f"{name} on Oslo")).rows
+        if system is not None:  # before the call's step/start, as dsh writes it
+            step = next(k for k, row in enumerate(rows) if row["type"] == "step/start")
+            rows.insert(step, {"type": "request/header", "data": {"header": {"system": system}, "reason": "initial"}})
+        write_log(folder, f"session.{number}.jsonl", header(name, created_at=1 + number, parent="p"), rows)
+    return folder
+
+
+def test_twins_are_told_apart_by_the_system_prompt_their_logs_name(tmp_path: Path) -> None:
+    """Specialists asked the same question differ only by their instructions: each binds to the twin
+    whose recorded system prompt is its own, whatever order they start in (masked as inputs are:
+    a date may differ, `{{cwd}}` is the run's cwd)."""
+    scenario = load_scenario(_specialists(tmp_path / "same-question", {
+        "historian": "You are the historian. Today is 2026-01-05.", "chef": "You are the chef. Cook in {{cwd}}.",
+        "geographer": "You are the geographer."}))
+    assert [s.system for s in scenario.sessions] == [None, "You are the historian. Today is 2026-01-05.",
+                                                     "You are the chef. Cook in {{cwd}}.", "You are the geographer."]
+    for order in (("geographer", "chef", "historian"), ("chef", "historian", "geographer")):
+        run = Run("r", scenario, RunSettings(cwd="/srv/app"))
+        prompts = {"historian": "You are the historian. Today is 2027-03-09.",
+                   "chef": "You are the chef. Cook in /srv/app.", "geographer": "You are the geographer."}
+        served = {role: served_text(ask(run, None, "Oslo", history=[{"role": "system", "content": prompts[role]}]))
+                  for role in order}
+        assert served == {role: f"{role} on Oslo" for role in order}
+        run.review_pending()
+        assert not run.divergences and not run.notices
+
+
+def test_twins_with_no_system_prompt_that_matches_bind_in_recorded_order(tmp_path: Path) -> None:
+    scenario = load_scenario(_specialists(tmp_path / "same-question", {
+        "a": "You are the historian.", "b": None, "c": "{{system}}"}))
+    assert [s.system for s in scenario.sessions[1:]] == ["You are the historian.", None, None], (
+        "a templated prompt (dsh's fixtures) names none")
+    run = Run("r", scenario)
+    systems = {"x": "You are the chef.", "y": "You are the historian.", "z": "You are the chef."}
+    asked = [ask(run, live, "Oslo", history=[{"role": "system", "content": text}]) for live, text in systems.items()]
+    assert [served_text(o) for o in asked] == ["a on Oslo", "b on Oslo", "c on Oslo"]
+
+
 def test_content_binding_with_no_match_falls_back_to_order_and_notes_it(two: Run) -> None:
     assert served_text(ask(two, "x", "something never recorded")) == "P0"
     (notice,) = two.notices

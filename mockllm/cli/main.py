@@ -22,7 +22,9 @@ def _parser() -> argparse.ArgumentParser:
 
     inspect = verbs.add_parser("inspect", help="print a session tree: sessions, kinds, cuts, calls")
     inspect.add_argument("path", type=Path)
-    inspect.add_argument("--json", action="store_true", help="machine-readable output")
+    shape = inspect.add_mutually_exclusive_group()
+    shape.add_argument("--json", action="store_true", help="machine-readable output")
+    shape.add_argument("--tree", action="store_true", help="draw each scenario as a tree: children under parents")
     _add_side_route(inspect)
 
     check = verbs.add_parser("check", help="validate a scenario or suite; exit 1 on any error")
@@ -83,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.verb == "inspect":
         from mockllm.cli.tree_view import run_inspect
 
-        return run_inspect(args.path, as_json=args.json, side_routes=args.side_routes)
+        return run_inspect(args.path, as_json=args.json, as_tree=args.tree, side_routes=args.side_routes)
     from mockllm.cli.validate import run_check
 
     return run_check(args.path, side_routes=args.side_routes)

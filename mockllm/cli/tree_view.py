@@ -1,6 +1,8 @@
 """`mockllm inspect`: show a session tree, each session's kind and cut, and the gist of each entry.
 
-The human output is for reading at a glance; `--json` is a fixed shape that external tools read:
+The human output is for reading at a glance; `--tree` draws each scenario as a person would (children
+under the session that made them, box-drawing lines: `mockllm.inspector.tree`); `--json` is a fixed
+shape that external tools read:
 `{"scenarios":[{"name","sessions":[{"id","file","parent","kind","cut","events","entries"}]}]}`,
 plus `"side_routes": [{"model","file","repeat","entries"}]` on a scenario that declares any, and
 a top-level `"broken"` list only when some scenario failed to load.
@@ -27,6 +29,7 @@ from mockllm.dsh.chunks import (
 )
 from mockllm.dsh.names import PRIMARY_FILE, SIDECAR_FILE
 from mockllm.errors import NotAScenarioError, ScenarioError
+from mockllm.inspector.tree import draw_tree
 from mockllm.scenario.load import Scenario, Suite, load_suite
 from mockllm.scenario.side_routes import SideRouteSpec
 from mockllm.scenario.summary import SessionSummary, age, summarize
@@ -36,7 +39,7 @@ GIST_WORDS = 8
 GIST_MESSAGE_CHARS = 80
 
 
-def run_inspect(path: Path, *, as_json: bool, side_routes: Sequence[SideRouteSpec] = ()) -> int:
+def run_inspect(path: Path, *, as_json: bool, as_tree: bool = False, side_routes: Sequence[SideRouteSpec] = ()) -> int:
     """Print the scenario or suite at `path`; 1 when PATH is not one or a scenario is broken."""
     try:
         suite = load_suite(path, side_routes=side_routes)
@@ -48,6 +51,8 @@ def run_inspect(path: Path, *, as_json: bool, side_routes: Sequence[SideRouteSpe
         if suite.skipped:
             # Kept off stdout so the JSON stays exactly the documented shape.
             print(f"mockllm inspect: skipped (not scenarios): {', '.join(suite.skipped)}", file=sys.stderr)
+    elif as_tree:
+        print("\n".join(draw_suite(suite)))
     else:
         print("\n".join(describe_suite(suite)))
     return 1 if suite.broken else 0
@@ -91,6 +96,14 @@ def describe_suite(suite: Suite) -> list[str]:
     while lines and not lines[-1]:
         lines.pop()
     return lines
+
+
+def draw_suite(suite: Suite) -> list[str]:
+    """Each scenario as a tree, a blank line between; then what was skipped and what is broken."""
+    lines: list[str] = []
+    for scenario in suite.scenarios.values():
+        lines += [*draw_tree(summarize(scenario)), ""]
+    return lines + describe_suite(Suite(suite.path, {}, suite.broken, suite.skipped))
 
 
 def describe_scenario(scenario: Scenario) -> list[str]:

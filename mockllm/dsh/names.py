@@ -45,3 +45,5 @@ PARTIAL_SUFFIX = ".partial"
 def child_file(number: int) -> str:
     """The file name of child log `number` (1-based): `session.1.jsonl`, ..."""
     return f"session.{number}.jsonl"
+# Anthropic's token counts (`POST /v1/messages/count_tokens`) as recorded: request and answer pairs.
+COUNT_TOKENS_FILE = "count_tokens.json"

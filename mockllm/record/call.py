@@ -3,8 +3,9 @@
 A request's new inputs are what replay compares a live request by (`replay.divergence.live_inputs`:
 its user and tool messages after its last assistant message), so what is recorded is what the
 replay of the same request will find (`mockllm.script.inputs` reads it back); system prompts are not
-inputs. A request whose last message is a user message starts a new turn; one ending in tool
-results (or anything else) is the next step of the turn in progress.
+inputs, but a session's first system prompt is kept (`system`): it tells apart subagents asked the
+same thing, when replay binds them. A request whose last message is a user message starts a new
+turn; one ending in tool results (or anything else) is the next step of the turn in progress.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from mockllm.dsh.chunks import Block, BlockEnd, FinishChunk, FinishReason, StreamChunk
 from mockllm.replay.divergence import live_inputs
 from mockllm.script.inputs import Input
-from mockllm.wire.dialect import Message, messages_after_last_assistant
+from mockllm.wire.request import Message, messages_after_last_assistant
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,7 @@ class ObservedCall:
     # sessions are numbered, and lineage is read, by it.
     arrival: int = 0
     offers_tools: bool = False  # the request offered tools (a title call offers none)
+    system: str | None = None  # its system prompt, read for a session's first call only
 
     @property
     def ended(self) -> int:
@@ -55,11 +57,12 @@ class ObservedCall:
         return any(b.type == "tool-call" for b in self.blocks()) or (finish is not None and finish.kind == "tool-calls")
 
 
-def observe(messages: list[Message], started: int, *, arrival: int = 0, offers_tools: bool = False) -> ObservedCall:
+def observe(messages: list[Message], started: int, *, arrival: int = 0, offers_tools: bool = False,
+            system: str | None = None) -> ObservedCall:
     """A call about to be made with `messages` (the whole conversation, or only its messages after
     the last assistant message, `Request.tail`: either gives the same): its new inputs and whether
     it starts a turn."""
-    call = ObservedCall([], False, started, arrival=arrival, offers_tools=offers_tools)
+    call = ObservedCall([], False, started, arrival=arrival, offers_tools=offers_tools, system=system)
     read_inputs(call, messages)
     return call
 

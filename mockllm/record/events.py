@@ -1,8 +1,10 @@
 """One recorded session's events: turn and step state, `seq` numbering, and each call's rows.
 
 A call is written as dsh writes it: a new turn opens with `turn/start` and the user's messages;
-the tool results a request carries answer the open step (`tool/result`, then `step/end`); then
-`step/start`, the answer's `assistant/chunk`s (each at the time it arrived), `assistant/message`
+the tool results a request carries answer the open step (`tool/result`, then `step/end`); the
+session's first call is preceded by a `request/header` holding its system prompt, as dsh writes
+one (`{"header": {"system": …}, "reason": "initial"}`: replay binds subagents that were asked the
+same thing by it); then `step/start`, the answer's `assistant/chunk`s (each at the time it arrived), `assistant/message`
 and a `tool/call` per tool call. An answer that calls tools leaves its step open for the results
 the next request brings; any other answer ends its step and its turn at once, so a fork made
 later inherits the turn as soon as it is complete (the seed is every event up to the last
@@ -19,6 +21,7 @@ from mockllm.dsh.chunks import Block, BlockEnd, FinishReason, UsageChunk
 from mockllm.dsh.names import (
     ASSISTANT_MESSAGE,
     CHUNK_EVENT,
+    REQUEST_HEADER,
     STEP_END,
     STEP_START,
     TOOL_CALL,
@@ -70,6 +73,8 @@ class SessionEvents:
         for message in user_messages:
             self._add(rows, USER_MESSAGE, t0, {"content": [{"type": "text", "text": redactor.text(message.text)}],
                                                "source": {"kind": "user"}})
+        if self.calls == 0 and call.system is not None:
+            self._add(rows, REQUEST_HEADER, t0, {"header": {"system": redactor.text(call.system)}, "reason": "initial"})
         self.step += 1
         self._add(rows, STEP_START, t0, {"turn": self.turn, "step": self.step})
         self.step_open = True

@@ -39,8 +39,8 @@ from mockllm.dsh.chunks import Failure, FinishChunk, FinishReason
 from mockllm.record.call import ObservedCall, TimedChunk, read_inputs
 from mockllm.record.tree import Caller, Failed
 from mockllm.wire import DEFAULT
-from mockllm.wire.dialect import Dialect, Request, SSEEvent, StreamDecoder
-from mockllm.wire.sse_reader import SSEReader
+from mockllm.wire.dialect import Dialect, FrameReader, SSEEvent, StreamDecoder
+from mockllm.wire.request import Request, system_text
 
 log = logging.getLogger("mockllm.record.command")
 
@@ -136,7 +136,7 @@ class Forwarder:
                                  f"{failed.code}: {failed.message}")
                 self._later(self._record_failure, target, failed)
                 return response
-            if upstream.content_type == "text/event-stream":
+            if upstream.content_type == _media_type(dialect.stream_type):
                 return await self._stream(request, upstream, dialect, target)
             response = await _relay(request, upstream)
             self._later(self._record_whole, dialect, _bytes(response), target)
@@ -148,7 +148,7 @@ class Forwarder:
                                       headers=returned(upstream.headers))
         pieces: list[tuple[int, bytes]] = []  # (arrival ms, bytes) of every piece passed on, not yet decoded
         keep = pieces.append
-        decoder, reader = dialect.stream_decoder(), SSEReader()
+        decoder, reader = dialect.stream_decoder(), dialect.frame_reader()
         ending = "done"
         try:
             await response.prepare(request)
@@ -200,6 +200,8 @@ class Forwarder:
             if target is not None and target.request is not None:
                 read_inputs(target.call, target.request.tail)
                 target.call.offers_tools = offers_tools(target.request)
+                # Only a session's first call writes it (`events`): read for every call, off every path.
+                target.call.system = system_text(target.request.messages)
             yield from work(*args)
         except Exception:  # a bug, a closed tree: it must not end the recording of other calls
             log.exception("a forwarded call could not be recorded")
@@ -208,7 +210,7 @@ class Forwarder:
             if not self.in_flight and not self.defer:  # a deferring forwarder settles on a thread: no loop Event
                 self._settled.set()
 
-    def _record_stream(self, decoder: StreamDecoder, reader: SSEReader, pieces: list[tuple[int, bytes]], end: int,
+    def _record_stream(self, decoder: StreamDecoder, reader: FrameReader, pieces: list[tuple[int, bytes]], end: int,
                        ending: str, target: Target) -> Iterator[None]:
         caller, call = target.caller, target.call
         for at, piece in pieces:
@@ -305,13 +307,23 @@ def _bytes(response: web.Response) -> bytes:
     return response.body if isinstance(response.body, bytes) else b""
 
 
+def _media_type(content_type: str) -> str:
+    """`text/event-stream; charset=utf-8` -> `text/event-stream`, as aiohttp reads a response's type."""
+    return content_type.partition(";")[0].strip().lower()
+
+
 def _failure(status: int, body: bytes) -> Failed:
-    """An error answer's message and code, from `{"error":{"message","code"|"type"}}` (OpenAI, Anthropic)."""
+    """An error answer's message and code, from `{"error":{"message","code"|"type"}}` (OpenAI,
+    Anthropic), `{"error":{"code":404,"message","status":"NOT_FOUND"}}` (Gemini: its status name is
+    the code) or `{"error":"message"}` (Ollama: no code)."""
     error: Any = None
     with contextlib.suppress(msgspec.DecodeError, AttributeError):
         error = msgspec.json.decode(body).get("error")
+    if isinstance(error, str) and error:
+        return Failed(status, error, f"HTTP_{status}")
     if not isinstance(error, dict):
         text = body.decode("utf-8", "replace").strip()
         return Failed(status, text or f"HTTP {status}", f"HTTP_{status}")
-    code = error.get("code") or error.get("type")
+    code = error.get("status") if isinstance(error.get("status"), str) else None
+    code = code or error.get("code") or error.get("type")
     return Failed(status, str(error.get("message") or f"HTTP {status}"), str(code) if code else f"HTTP_{status}")

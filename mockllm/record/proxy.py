@@ -1,10 +1,13 @@
 """The record-mode proxy: forwards each model call to the upstream, streams its answer back to the
 client as it arrives, and hands what it saw to the session tree.
 
-Every registered dialect's route is served under `/v1` and forwarded to the upstream base plus the
-same path (`forward`: each upstream piece is written to the client the moment it arrives, and
-decoded once the call is over). Other `/v1/...` requests (`GET /v1/models`, ...) are forwarded and
-not recorded.
+Every registered dialect's routes are served at the proxy's root, as under a replay base root
+(`/v1/chat/completions`, `/v1beta/models/{model}:…`, `/api/chat`), and forwarded to the upstream
+(`upstream_url`): a path under `/v1` to the upstream base (`/v1` included) plus the rest of the
+path, any other path to the upstream base without its `/v1` plus the whole path (`forward`: each
+upstream piece is written to the client the moment it arrives, and decoded once the call is
+over, its events split by the dialect's frame reader: SSE, NDJSON). Other requests (`GET
+/v1/models`, Ollama's `/api/tags`, ...) are forwarded and not recorded.
 
 Headers: the client's headers go upstream as they came (hop-by-hop ones aside), mockllm's own
 included: an upstream that is itself a mockllm (replaying a tree while a new one is recorded)
@@ -27,7 +30,8 @@ from mockllm.record.tree import Caller, Lineage, SessionTree
 from mockllm.replay.conversations import ConversationIndex
 from mockllm.replay.routing import calling_session, header_session
 from mockllm.wire import DIALECTS
-from mockllm.wire.dialect import Dialect, Request
+from mockllm.wire.dialect import Dialect
+from mockllm.wire.request import Request, system_text
 
 log = logging.getLogger("mockllm.record.command")
 
@@ -43,6 +47,7 @@ class Recorder:
         self.tree = tree
         self.session_headers = session_headers  # options.session_header_names(): lowercased, in lookup order
         self.upstream = upstream.rstrip("/")
+        self.upstream_root = self.upstream.removesuffix("/v1")  # for routes beside /v1 (Gemini, Ollama)
         self.forwarder = forwarder
         self._conversations = ConversationIndex()
         self._headerless: dict[str, str] = {}  # conversation live id -> recorded session id
@@ -66,28 +71,37 @@ class Recorder:
 
     async def forward(self, request: web.Request, dialect: Dialect | None, *, body: bytes | None = None,
                       neutral: Request | None = None, url: str | None = None) -> web.StreamResponse:
-        """Forward one call (to `url`, else the upstream base plus the path after `/v1`) and record it;
-        `body` and `neutral` when the caller has read and decoded the request already."""
+        """Forward one call (to `url`, else where `upstream_url` says) and record it; `body` and
+        `neutral` when the caller has read and decoded the request already."""
         if body is None:
             body = await request.read()
         if dialect is not None and neutral is None:
             try:
-                neutral = dialect.decode_request(body)
+                neutral = dialect.decode_routed(body, request.match_info)
             except RequestError as exc:
                 log.warning("%s: not recorded: %s", request.path, exc)
-        url = url or self.upstream + request.path_qs[len("/v1"):]
+        url = url or self.upstream_url(request.path_qs)
         # Routed and numbered as it arrives, before it is forwarded: the order answers end in must
         # not decide which session a request joins, nor the order of sessions in the tree. What it
         # brings is read then too, unless the call is recorded later anyway (`defer`).
         target = None
         if neutral is not None and dialect is not None:
             caller, started, arrival = self._caller(request.headers, neutral), now_ms(), self.tree.arrived()
-            if self.forwarder.defer:
+            if self.forwarder.defer:  # what it brings is read when it is recorded (its system prompt too)
                 target = Target(caller, ObservedCall([], False, started, arrival=arrival), neutral)
             else:
+                # A session's first system prompt is written in its log (replay binds twins by it): read
+                # only while the session has recorded nothing, so later calls decode no more than before.
+                first = caller.side_route is None and caller.session not in self.tree.sessions
                 target = Target(caller, observe(neutral.tail, started, arrival=arrival,
-                                                offers_tools=offers_tools(neutral)))
+                                                offers_tools=offers_tools(neutral),
+                                                system=system_text(neutral.messages) if first else None))
         return await self.forwarder.forward(request, url, body, dialect, target)
+
+    def upstream_url(self, path_qs: str) -> str:
+        """Where a path of the proxy goes upstream: under `/v1`, the upstream base plus the rest;
+        beside it (`/v1beta/…`, `/api/…`), the upstream base without its `/v1` plus the whole path."""
+        return upstream_url(self.upstream, path_qs)
 
     def _caller(self, headers: Mapping[str, str], request: Request) -> Caller:
         """A `--side-route` model's side route (no session routing at all, as replay serves it), else
@@ -95,6 +109,13 @@ class Recorder:
         if request.model is not None and request.model in self.tree.side:
             return Caller(side_route=request.model)
         return Caller(self.session_of(headers, request), lineage_of(headers))
+
+
+def upstream_url(base: str, path_qs: str) -> str:
+    """A path under a base root, sent to an upstream `base` (`/v1` included): see `Recorder.upstream_url`."""
+    if path_qs == "/v1" or path_qs.startswith(("/v1/", "/v1?")):
+        return base + path_qs[len("/v1"):]
+    return base.removesuffix("/v1") + path_qs
 
 
 def lineage_of(headers: Mapping[str, str]) -> Lineage:
@@ -106,8 +127,9 @@ def lineage_of(headers: Mapping[str, str]) -> Lineage:
 def create_app(recorder: Recorder) -> web.Application:
     app = web.Application(client_max_size=1024**3)
     for dialect in DIALECTS:
-        app.router.add_post("/v1" + dialect.path, _handler(recorder, dialect))
-    app.router.add_route("*", "/v1/{tail:.*}", _handler(recorder, None))
+        for route in dialect.routes:
+            app.router.add_post(route, _handler(recorder, dialect))
+    app.router.add_route("*", "/{tail:.*}", _handler(recorder, None))
     return app
 
 

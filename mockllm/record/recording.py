@@ -43,14 +43,15 @@ from mockllm.options import parse_upstream
 from mockllm.record.call import ObservedCall
 from mockllm.record.episodes import LiveSession, continued_log, next_child_number, trim_sidecar, write_new_session
 from mockllm.record.forward import Forwarder, OnFailure, Target, now_ms
-from mockllm.record.proxy import Recorder, lineage_of
+from mockllm.record.proxy import Recorder, lineage_of, upstream_url
 from mockllm.record.redact import Redactor
 from mockllm.record.side import write_json
 from mockllm.record.tree import Caller, Failed, SessionTree
 from mockllm.replay.outcome import Live
 from mockllm.replay.report import RecordingReport
 from mockllm.scenario.load import Scenario
-from mockllm.wire.dialect import Dialect, Request
+from mockllm.wire.dialect import Dialect
+from mockllm.wire.request import Request
 
 # Which `--upstream PROVIDER=URL` a dialect's calls go to; any other dialect speaks OpenAI's.
 DIALECT_PROVIDERS = {"chat": "openai", "responses": "openai", "anthropic": "anthropic", "gemini": "gemini",
@@ -112,9 +113,9 @@ class RunRecording(ABC):
         # when nothing is written, so a failed first recording leaves no trace.
         self._made: list[Path] = []
 
-    async def call(self, request: web.Request, tail: str, body: bytes, dialect: Dialect, neutral: Request,
+    async def call(self, request: web.Request, path: str, body: bytes, dialect: Dialect, neutral: Request,
                    live: Live) -> web.StreamResponse:
-        """Forward one live call to its upstream (`tail`: its path under the base, query included)."""
+        """Forward one live call to its upstream (`path`: under the base root, query included)."""
         base = self.upstreams.base_for(dialect)
         if base is None:
             message = (f"no upstream for {dialect.name} calls to record; give one with --upstream URL (or "
@@ -122,7 +123,7 @@ class RunRecording(ABC):
             self.on_failure(Caller(live.live_id or ""), 502, message)
             return web.Response(status=502, body=dialect.error_body(message, "no_upstream", 502),
                                 content_type="application/json", headers={"x-should-retry": "false"})
-        url = base + tail
+        url = upstream_url(base, path)
         if base not in self.hosts:
             self.hosts[base] = host_of(base)
         self.live_calls += 1

@@ -147,6 +147,8 @@ class SessionTree:
                 self.redactor, [c.chunk for c in call.chunks])))
             return
         session = self._session(caller.session, caller.lineage, call.started)
+        if session.facts.calls:
+            name_results(call, session.facts.last.tool_calls)
         session.facts.calls.append(facts_of(call))
         self._append(session, session.events.call(call, self.redactor))
 
@@ -325,3 +327,15 @@ def _last_time(rows: list[EventLike]) -> int:
         if isinstance(time, int):
             return time
     return 0
+
+
+def name_results(call: ObservedCall, answered: tuple[str | None, ...]) -> None:
+    """Tool results that name no call (a wire without tool-call ids: Ollama) answer the session's
+    previous answer's tool calls in order, as the agent runs them: each gets that call's id, so the
+    log's `tool/result` names its call as a provider with ids would have, and lineage and
+    divergence match it by id."""
+    results = [k for k, i in enumerate(call.inputs) if i.role == "tool"]
+    if not results or any(call.inputs[k].tool_call_id is not None for k in results):
+        return
+    for k, call_id in zip(results, answered, strict=False):
+        call.inputs[k] = call.inputs[k]._replace(tool_call_id=call_id)

@@ -3,25 +3,27 @@
 A live session (named by a request header, or found by its conversation) binds on its first call:
 to the script with the same recorded id if there is one; else, under `--bind content` (the
 default), to the first unbound script whose recorded first inputs match its request, so
-concurrent subagents bind right whatever order they start in (twins, with equal first inputs,
-bind among themselves in script order: the order their first calls were recorded); else to the
-next unbound script in script order (first-call order, as dsh binds), and the run's report notes
-that it was bound by arrival for want of a match. Each binding then has its own cursor.
+concurrent subagents bind right whatever order they start in; else to the next unbound script in
+script order (first-call order, as dsh binds), and the run's report notes that it was bound by
+arrival for want of a match. Each binding then has its own cursor.
+
+Twins, scripts whose first inputs are equal (specialists asked the same question, differing by
+their instructions: openai-agents' agents-as-tools translators), are told apart by the system
+prompt their log names (`request/header`, as the recorder writes it): the first twin whose
+recorded system prompt matches the request's, masked as inputs are, wins. Twins with no recorded
+prompt, or none that matches, bind among themselves in script order: the order their first calls
+were recorded.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from mockllm.options import RunSettings
-from mockllm.replay.divergence import Comparison, compare, live_inputs
-from mockllm.replay.journal import RawHeaders
+from mockllm.replay.divergence import Comparison, compare, live_inputs, same_text
 from mockllm.scenario.load import Scenario
-from mockllm.wire.dialect import Request
-
-RETRY_HEADER = b"x-stainless-retry-count"
+from mockllm.wire.request import Request, system_text
 
 
 @dataclass(slots=True)
@@ -79,16 +81,25 @@ class Bindings:
         return (first, True) if chosen is None else (chosen, False)
 
     def _by_content(self, request: Request, first: int, settings: RunSettings) -> int | None:
-        """The first unbound script from `first` on whose first recorded inputs match the request's."""
+        """The unbound script from `first` on whose first recorded inputs match the request's: the
+        first of them, or among twins the first whose recorded system prompt matches too."""
         sessions = self.scenario.sessions
         live = live_inputs(request.tail)
+        matches = []
         for i in range(first, len(sessions)):
             recorded = sessions[i].inputs[0] if sessions[i].inputs else None
             how = Comparison(settings.masks, settings.cwd, self.scenario.model_ids(i))
             if (i not in self._by_script and sessions[i].entries and recorded
                     and compare(recorded.items, live, how) is None):
-                return i
-        return None
+                matches.append(i)
+        if len(matches) > 1 and any(sessions[i].system is not None for i in matches):
+            system = system_text(request.messages)
+            how = Comparison(settings.masks, settings.cwd)
+            for i in matches:
+                recorded_system = sessions[i].system
+                if system is not None and recorded_system is not None and same_text(recorded_system, system, how):
+                    return i
+        return matches[0] if matches else None
 
     def continued(self, reply: tuple[int, int] | None) -> Binding | None:
         """The session a request continuing reply (script, call) belongs to, if it is a step of its chain.
@@ -116,19 +127,3 @@ class Bindings:
             for i, s in enumerate(self.scenario.sessions)
             if s.entries
         )
-
-
-def retry_count(raw_headers: RawHeaders) -> int:
-    """The SDKs' retry marker (`x-stainless-retry-count`), 0 when absent or not a number."""
-    for name, value in raw_headers:
-        if name.lower() == RETRY_HEADER:
-            try:
-                return int(value)
-            except ValueError:
-                return 0
-    return 0
-
-
-def digest(body: bytes) -> bytes:
-    """What a retry's body is compared by: a retry of a call sends the same body."""
-    return hashlib.blake2b(body, digest_size=16).digest()

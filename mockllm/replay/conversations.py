@@ -5,7 +5,7 @@ own (the longest such prefix wins); otherwise it starts a new one. A primary, a 
 (`[user(task)]`) and a fork child (the parent's seeded turns, then `user(task)`) all start
 differently, so a whole agent tree routes with no session header at all.
 
-Messages are compared in their neutral form (`wire.dialect.Message`), which each dialect builds
+Messages are compared in their neutral form (`wire.request.Message`), which each dialect builds
 with a light normalization, because agents rewrite history in small ways between calls: reasoning
 is dropped (DeepSeek clients strip it from older turns), a `null` content equals `""`, and content
 parts are compared by their text. Lookups are O(length of the request): each conversation is
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from mockllm.wire.dialect import Message
+from mockllm.wire.request import Message
 
 _encode = msgspec.json.encode
 

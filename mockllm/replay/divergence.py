@@ -20,10 +20,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
+from mockllm.options import RunSettings
 from mockllm.replay.normalize import Mask, masked
+from mockllm.scenario.load import Scenario
 from mockllm.script.inputs import Input
 from mockllm.script.templates import CWD
-from mockllm.wire.dialect import Message
+from mockllm.wire.request import Message, Request
 
 SHOWN = 160  # characters of expected/got a report shows
 
@@ -77,9 +79,10 @@ class Mismatch(NamedTuple):
 def compare(recorded: Sequence[Input], live: Sequence[Input], how: Comparison) -> Mismatch | None:
     """The first input that differs, or None when they agree (the cheap check; `describe` says how).
 
-    User messages are compared in order. Tool results for calls the recorded model made are
-    matched by tool-call id, as a set: parallel tool calls finish in any order, and the replay
-    served the recorded ids. Results for ids the model never made (a framework's own hand-back
+    User messages are compared in order. Where a request's tool results carry no call ids (a wire
+    without them: Ollama), all tool results are compared by position. Otherwise results for calls
+    the recorded model made are matched by tool-call id, as a set: parallel tool calls finish in
+    any order, and the replay served the recorded ids. Results for ids the model never made (a framework's own hand-back
     call, with a fresh id every run) are matched among themselves by position, ids ignored.
     """
     users = [i for i in recorded if i.role == "user"], [i for i in live if i.role == "user"]
@@ -88,6 +91,11 @@ def compare(recorded: Sequence[Input], live: Sequence[Input], how: Comparison) -
         have = users[1][number] if number < len(users[1]) else None
         if want is None or have is None or not _same_text(want, have, how):
             return Mismatch(_user_name(number, len(users[0] or users[1])), want, have)
+    if any(i.role == "tool" and i.tool_call_id is None for i in live):
+        # The wire carries no tool-call ids (Ollama's official client sends none back): every result
+        # is matched by position, in the order the recorded model called (and the agent answers).
+        return _by_position([i for i in recorded if i.role == "tool"], [i for i in live if i.role == "tool"],
+                            "tool result {} (no call ids on the wire)", how)
     ours = {i.tool_call_id: i for i in live if i.role == "tool" and i.tool_call_id in how.model_ids}
     for want in recorded:
         if want.role == "tool" and want.tool_call_id in how.model_ids:
@@ -96,13 +104,18 @@ def compare(recorded: Sequence[Input], live: Sequence[Input], how: Comparison) -
                 return Mismatch(want.describe(), want, have)
     for have in ours.values():  # a result for a model call the recording answered no result for
         return Mismatch(have.describe(), None, have)
-    theirs = ([i for i in recorded if i.role == "tool" and i.tool_call_id not in how.model_ids],
-              [i for i in live if i.role == "tool" and i.tool_call_id not in how.model_ids])
-    for number in range(max(len(theirs[0]), len(theirs[1]))):
-        want = theirs[0][number] if number < len(theirs[0]) else None
-        have = theirs[1][number] if number < len(theirs[1]) else None
+    return _by_position([i for i in recorded if i.role == "tool" and i.tool_call_id not in how.model_ids],
+                        [i for i in live if i.role == "tool" and i.tool_call_id not in how.model_ids],
+                        "framework-made tool result {} (ids ignored)", how)
+
+
+def _by_position(recorded: Sequence[Input], live: Sequence[Input], name: str, how: Comparison) -> Mismatch | None:
+    """The first of two lists of tool results that differs, matched by position (`name` says which)."""
+    for number in range(max(len(recorded), len(live))):
+        want = recorded[number] if number < len(recorded) else None
+        have = live[number] if number < len(live) else None
         if want is None or have is None or not _same_text(want, have, how):
-            return Mismatch(f"framework-made tool result {number + 1} (ids ignored)", want, have)
+            return Mismatch(name.format(number + 1), want, have)
     return None
 
 
@@ -124,11 +137,20 @@ def describe(mismatch: Mismatch, how: Comparison) -> tuple[str, str, str, str]:
 
 
 def _same_text(want: Input, have: Input, how: Comparison) -> bool:
-    return masked(_recorded_text(want, how.cwd), how.masks) == masked(have.text, how.masks)
+    return same_text(want.text, have.text, how)
+
+
+def same_text(recorded: str, live: str, how: Comparison) -> bool:
+    """Whether a recorded text and a live one agree, masked (the run's `cwd` put for `{{cwd}}`)."""
+    return masked(_with_cwd(recorded, how.cwd), how.masks) == masked(live, how.masks)
 
 
 def _recorded_text(want: Input, cwd: str | None) -> str:
-    return want.text.replace(CWD, cwd) if cwd is not None else want.text
+    return _with_cwd(want.text, cwd)
+
+
+def _with_cwd(text: str, cwd: str | None) -> str:
+    return text.replace(CWD, cwd) if cwd is not None else text
 
 
 def _user_name(number: int, count: int) -> str:
@@ -186,3 +208,30 @@ def tool_not_offered(called: Sequence[str], offered: frozenset[str] | None) -> s
     if offered is None:
         return None
     return next((name for name in called if name not in offered), None)
+
+
+def diverged(scenario: Scenario, settings: RunSettings, script: int, call: int, live_id: str, request: Request,
+             describe_it: bool) -> tuple[Divergence | None, bool]:
+    """How a request differs from what was recorded before call `call` of `script` (None: it does
+    not), and whether framework-made tool results were matched by position on the way.
+    `describe_it` False leaves expected, got and diff empty (only a report's first per session
+    needs them)."""
+    session = scenario.sessions[script]
+    inputs = session.inputs[call] if call < len(session.inputs) else None
+    framework = False
+    if inputs:  # a call recorded with no inputs of its own (a retry) is not compared
+        recorded = inputs.items
+        how = Comparison(settings.masks, settings.cwd, scenario.model_ids(script))
+        mismatch = compare(recorded, live_inputs(request.tail), how)
+        if mismatch is not None:
+            found = describe(mismatch, how) if describe_it else (mismatch.what, "", "", "")
+            return Divergence("input", session.file, live_id, call, *found), False
+        framework = framework_results(recorded, how) > 0
+    called = scenario.tools_called(script, call)
+    if called:
+        offered = request.offered_tools
+        missing = tool_not_offered(called, offered)
+        if missing is not None and offered is not None:
+            return Divergence("tool", session.file, live_id, call, f"the tool {missing!r} the recorded call uses",
+                              missing, "offered: " + (", ".join(sorted(offered)) or "no tools"), ""), framework
+    return None, framework

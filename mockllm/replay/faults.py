@@ -166,15 +166,3 @@ class FaultPlan:
         """Targeted faults whose session names no recorded session (the report says so)."""
         known = {name for pair in self._sessions for name in pair}
         return [f for f in self.faults if not f.seeded and f.session is not None and f.session not in known]
-
-
-# Statuses the SDKs retry by default; a fault with one says so in `x-should-retry`, as providers do.
-RETRIED = frozenset({408, 409, 429}) | frozenset(range(500, 600))
-
-
-def fault_headers(fault: Fault) -> dict[str, str]:
-    """A fault's provider-error headers: whether to retry, as providers say it, and `retry-after`."""
-    headers = {"x-should-retry": "true" if fault.status in RETRIED else "false"}
-    if fault.retry_after is not None:
-        headers["retry-after"] = f"{fault.retry_after:g}"
-    return headers

@@ -1,8 +1,10 @@
 """What real agents vary between runs, masked before a request is compared with its recording.
 
-Built in (on by default; `--normalize false` turns them off): UUIDs, long hex ids, ISO dates
-and times, durations in milliseconds and temporary folders. A run's own `--ignore-input REGEX`
-masks come first. Each kind of span becomes its own placeholder on both sides (`<uuid>`,
+Built in (on by default; `--normalize false` turns them off): UUIDs, hex ids, ISO dates and
+times, measured durations and temporary folders. Real agents put them in every tool result:
+Claude Code's subagent results end `agentId: a6538a2 … duration_ms: 24737`, Codex's shell
+results carry `"duration_seconds": 0.4` or `Wall time: 0.4 seconds`. A run's own
+`--ignore-input REGEX` masks come first. Each kind of span becomes its own placeholder on both sides (`<uuid>`,
 `<datetime>`…; a user mask becomes `<ignored>`), so a report's expected / got / diff show where
 the masked spans were, and two texts that differ only there compare equal.
 """
@@ -22,9 +24,15 @@ BUILTIN: tuple[Mask, ...] = (
     (re.compile(r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b"),
      "<datetime>"),
     (re.compile(r"\b\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\b"), "<time>"),
-    # Hex ids of 12 or more digits with letters and digits both (a commit, a request id), not words or numbers.
-    (re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{12,}\b", re.IGNORECASE), "<hex>"),
+    # Hex ids of 7 or more digits with letters and digits both (a commit, short or whole; a request id;
+    # Claude Code's `agentId: a6538a2`), not words or numbers.
+    (re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,}\b", re.IGNORECASE), "<hex>"),
+    # A duration by its name, whatever its unit: `duration_ms: 24737`, `"duration_seconds": 0.4`,
+    # `elapsed=3` (from the name on: a search for two words is cheap, a word around them is not).
+    (re.compile(r"(?:duration|elapsed)\w*\"?\s*[:=]\s*\d+(?:\.\d+)?"), "<duration>"),
     (re.compile(r"\b\d+(?:\.\d+)?\s?ms\b"), "<ms>"),
+    # Seconds: `Wall time: 0.4 seconds`, `took 12s`, `3.5 sec`.
+    (re.compile(r"\b\d+(?:\.\d+)?(?:\s?(?:secs?|seconds?)|s)\b"), "<seconds>"),
     # Temporary folders: /tmp/…, /var/folders/…/T/… (macOS), up to the next space or quote.
     (re.compile(r"(?:/private)?(?:/tmp|/var/tmp|/var/folders/[^\s/]+/[^\s/]+/T)/[^\s'\"`]*"), "<tmp>"),
 )

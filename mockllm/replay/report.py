@@ -278,8 +278,9 @@ def build_report(run: Run) -> RunReport:
     )
 
 
-def build_state(run: Run) -> RunState:
-    """The run's live state: its report, settings, bindings, cursors and journal."""
+def build_state(run: Run, *, bodies: bool = True) -> RunState:
+    """The run's live state: its report, settings, bindings, cursors and journal (without request
+    bodies unless `bodies`: the inspector's live view lists calls and fetches one body at a time)."""
     settings = run.settings
     return RunState(
         **msgspec.structs.asdict(build_report(run)),
@@ -289,7 +290,7 @@ def build_state(run: Run) -> RunState:
         holding=run.holding,
         bindings={live: run.scenario.sessions[b.script].id for live, b in run.bindings.items()},
         cursors={live: b.cursor for live, b in run.bindings.items()},
-        journal=[r.as_dict() for r in run.journal],
+        journal=[r.as_dict(body=bodies) for r in run.journal],
         journal_dropped=run.journal.dropped,
     )
 

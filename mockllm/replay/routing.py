@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from mockllm.wire.dialect import Request
+from mockllm.wire.request import Request
 
 
 def header_session(headers: Mapping[str, str], names: Sequence[str]) -> str | None:

@@ -8,9 +8,7 @@ the reply, its pacing schedule and whether it holds, and the faults asked for. I
 session's call order (not stream timing) fixes which entry it gets.
 
 Record modes: a run that records from scratch (`recording`) answers every call `Live`; under
-`new_episodes` (`episodes`) a call the recording cannot serve (an unrecorded session, a call past
-its script's end, a diverged call: compared before it is answered) is `Live` instead of failing,
-and its session is live from then on (`went_live`: which, where and why).
+`new_episodes` a call the recording cannot serve is `Live`, and so is its session's next (`episodes`).
 
 Retries stay in step: a request that repeats a call whose answer did not reach the client whole
 (a status or cut fault answered it, or the client left mid-stream), in the same session, gets
@@ -31,21 +29,24 @@ from typing import NamedTuple
 
 from mockllm.errors import ReplayFailure, TemplateError
 from mockllm.options import Headerless, RunSettings
-from mockllm.replay.advice import exhausted, side_exhausted, unrecorded
-from mockllm.replay.binding import Binding, Bindings, digest, retry_count
+from mockllm.replay import advice
+from mockllm.replay.binding import Binding, Bindings
 from mockllm.replay.catalog import Catalog
 from mockllm.replay.conversations import ConversationIndex
-from mockllm.replay.divergence import Divergence
-from mockllm.replay.faults import Fault, FaultError, FaultPlan, fault_headers
+from mockllm.replay.divergence import Divergence, diverged
+from mockllm.replay.episodes import LiveSessions
+from mockllm.replay.faults import Fault, FaultError, FaultPlan
 from mockllm.replay.journal import CallRecord, Failures, Journal, RawHeaders
 from mockllm.replay.outcome import HeldInfo, Hold, Live, Outcome, Refusal, Stream, Whole
 from mockllm.replay.pacing import plan_pacing, untimed_reason
 from mockllm.replay.report import FaultServed, Notice, PacingNote, WentLive
-from mockllm.replay.review import diverged, schedule_review
+from mockllm.replay.retries import digest, fault_headers, retry_count
+from mockllm.replay.review import schedule_review
 from mockllm.replay.routing import calling_session
 from mockllm.scenario.load import Scenario, SessionScript
 from mockllm.script.entries import HangEntry
-from mockllm.wire.dialect import Dialect, Request
+from mockllm.wire.dialect import Dialect
+from mockllm.wire.request import Request
 
 log = logging.getLogger("mockllm")
 
@@ -90,16 +91,17 @@ class Run:
     notices: list[Notice] = field(default_factory=list)
     recording: bool = False  # records from scratch: every call goes to the upstream (once, rewrite)
     episodes: bool = False  # new_episodes: what the recording cannot serve goes to the upstream
-    went_live: dict[str, WentLive] = field(default_factory=dict)  # by live id, in the order they went
+    went_live: LiveSessions = field(init=False)
     _framework_noted: set[int] = field(default_factory=set)
     _bindings: Bindings = field(init=False)
     _faults: FaultPlan = field(init=False)
     _pending: list[tuple[Assignment, Request, CallRecord]] = field(default_factory=list)  # answered, not compared
-    conversations: ConversationIndex = field(default_factory=ConversationIndex)  # header-less sessions' routing
+    _conversations: ConversationIndex = field(default_factory=ConversationIndex)
 
     def __post_init__(self) -> None:
         self.side_calls = [0] * len(self.scenario.side_routes)
         self._bindings = Bindings(self.scenario)
+        self.went_live = LiveSessions(self.scenario, self._bindings)
         self._faults = FaultPlan(self.settings.faults, [(s.id, s.file) for s in self.scenario.sessions])
         if self.catalog is None:
             self.catalog = Catalog(self.scenario)
@@ -141,9 +143,8 @@ class Run:
             if side is None:
                 taken = self.take(live_id, request, raw_headers, body)
                 if isinstance(taken, WentLive):
-                    record.kind, record.script, record.call = "live", taken.session, taken.call
-                    record.diverged = taken.why if taken.code == "request_diverged" else None
-                    return self._live(record, live_id)
+                    named = live_id != ANONYMOUS and not self._conversations.owns(live_id)
+                    return self.went_live.outcome(record, taken, named)
                 assigned = taken
                 if assigned.divergence is not None:
                     record.diverged = assigned.divergence.what
@@ -187,6 +188,9 @@ class Run:
             # A replayed provider error: exactly as the provider sent it, so an SDK may retry as it did.
             return Whole(record, reply.status, reply.body, delay=delay)
         held: HeldInfo = {"session": live_id, "script": file, "call": index}
+        cut_after = fault.cut_after if fault is not None else None
+        if not request.stream and cut_after is not None:  # a whole answer cut: the connection drops at once
+            return Stream(record, reply, False, None, cut_after=0, delay=delay, body=body)
         if not request.stream:
             if reply.hold_when_not_streaming:
                 return Hold(record, held)
@@ -199,7 +203,6 @@ class Run:
                                          lambda: untimed_reason(self.scenario, script, index))
             if note is not None:
                 self._note_pacing(file, index, *note)
-        cut_after = fault.cut_after if fault is not None else None
         if reply.ending != "hold" or cut_after is not None:
             return Stream(record, reply, request.include_usage, schedule, cut_after=cut_after, delay=delay,
                           body=body)
@@ -219,23 +222,8 @@ class Run:
     def _by_conversation(self, request: Request) -> str:
         if self.headerless == "anonymous":
             return ANONYMOUS
-        live_id, _ = self.conversations.route(request.messages)
+        live_id, _ = self._conversations.route(request.messages)
         return live_id
-
-    def _live(self, record: CallRecord, live_id: str) -> Live:
-        """A call of a session that left the recording: it goes to the upstream."""
-        went = self.went_live[live_id]
-        script = next((s for s in self.scenario.sessions if s.file == went.session), None)
-        return Live(record, live_id, script, went.call, live_id != ANONYMOUS and not self.conversations.owns(live_id))
-
-    def _go_live(self, live_id: str, script: int | None, call: int, code: str, why: str) -> WentLive:
-        """Under new_episodes: the session leaves the recording at `call`; its calls go to the upstream."""
-        if script is not None:
-            binding = self._bindings.of_script(script) or self._bindings.bind(script, live_id)
-            binding.live = True
-        file = self.scenario.sessions[script].file if script is not None else None
-        went = self.went_live[live_id] = WentLive(file, live_id, call, code, why)
-        return went
 
     @property
     def checks_first(self) -> bool:
@@ -253,27 +241,29 @@ class Run:
 
         A divergence is noted (the first per session goes into the report); under `strict` the
         request is refused with 409 `request_diverged` and changes nothing: no binding, no cursor.
-        Under new_episodes a call the recording cannot serve returns WentLive instead of failing.
         A retry of a call the client did not get whole gets that call's entry again; a status or
-        cut fault keeps the cursor where it was.
+        cut fault keeps the cursor where it was. Under new_episodes a call the recording cannot
+        serve returns WentLive instead of failing.
         """
         went = self.went_live.get(live_id)
         if went is not None:  # the session left the recording: the upstream answers it from now on
             return went
         binding = self._bindings.get(live_id)
         if binding is not None and binding.incomplete is not None:
-            call, earlier = binding.incomplete
+            call, left = binding.incomplete
             binding.incomplete = None
-            if retry_count(raw_headers) >= 1 or (body is not None and digest(body) == earlier):
+            if retry_count(raw_headers) >= 1 or (body is not None and digest(body) == left):
                 binding.retries += 1
                 session = self.scenario.sessions[binding.script]
                 return Assignment(binding.script, call, session, live_id, retry=True)
         if binding is None:
             script, by_arrival = self._bindings.choose(live_id, request, self.settings)
             if script is None:
-                why = unrecorded(self, live_id, request, self.conversations.owns(live_id))
+                why = advice.unrecorded(self.id, self.scenario, self._bindings, live_id, request, self._conversations,
+                                        self.default and self.consumed,
+                                        {b.live_id: self.scenario.sessions[b.script].file for b in self._bindings})
                 if self.episodes:
-                    return self._go_live(live_id, None, 0, "unrecorded_session", why)
+                    return self.went_live.go(live_id, None, 0, "unrecorded_session", why)
                 raise self.fail(ReplayFailure(404, "unrecorded_session", why, live_id, 0))
             cursor = 0
             if by_arrival:
@@ -285,18 +275,17 @@ class Run:
             script, cursor = binding.script, binding.cursor
         session = self.scenario.sessions[script]
         if cursor >= len(session.entries):
+            message = advice.exhausted(self.id, self.scenario, session, live_id, cursor, self.default)
             if self.episodes:
-                return self._go_live(live_id, script, cursor, "script_exhausted", exhausted(self, session, live_id,
-                                                                                             cursor))
+                return self.went_live.go(live_id, script, cursor, "script_exhausted", message)
             binding = binding or self._bindings.bind(script, live_id)
             binding.cursor += 1  # later calls are counted too, so the report shows how far over it went
-            raise self.fail(ReplayFailure(410, "script_exhausted", exhausted(self, session, live_id, cursor),
-                                          live_id, cursor))
+            raise self.fail(ReplayFailure(410, "script_exhausted", message, live_id, cursor))
         divergence = None
         if request is not None and self.checks_first:
-            divergence = diverged(self, script, cursor, live_id, request)
+            divergence = self._diverged(script, cursor, live_id, request)
         if divergence is not None and self.episodes:  # not a failure: the call is what new_episodes records
-            return self._go_live(live_id, script, cursor, "request_diverged", divergence.message(self.id))
+            return self.went_live.go(live_id, script, cursor, "request_diverged", divergence.message(self.id))
         if divergence is not None:
             self._note(script, divergence)
             if self.settings.strict:
@@ -329,9 +318,7 @@ class Run:
             return call
         if side.repeat and side.entries:
             return len(side.entries) - 1
-        raise self.fail(ReplayFailure(410, "script_exhausted", side_exhausted(self, side, call), None, call))
-
-    # -- held calls ------------------------------------------------------------------------------
+        raise self.fail(ReplayFailure(410, "script_exhausted", advice.side_exhausted(self.id, side, call), None, call))
 
     @contextlib.contextmanager
     def holding_call(self, held: HeldInfo) -> Iterator[None]:
@@ -357,7 +344,7 @@ class Run:
         """Compare every queued request with the recording of its call, and note how each differs."""
         pending, self._pending = self._pending, []
         for assigned, request, record in pending:
-            divergence = diverged(self, assigned.script, assigned.call, assigned.live_id, request)
+            divergence = self._diverged(assigned.script, assigned.call, assigned.live_id, request)
             if divergence is not None:
                 self._note(assigned.script, divergence)
                 record.diverged = divergence.what
@@ -365,6 +352,21 @@ class Run:
     def _note(self, script: int, divergence: Divergence) -> None:
         self.divergences.setdefault(script, divergence)
         self.diverged_calls += 1
+
+    def _diverged(self, script: int, call: int, live_id: str, request: Request) -> Divergence | None:
+        """How this request differs from what was recorded before call `call` of `script`, if it does.
+
+        Described in full only when it will be reported (the session's first, or a refusal under
+        strict): otherwise expected, got and diff stay empty."""
+        describe = script not in self.divergences or self.settings.strict
+        divergence, framework = diverged(self.scenario, self.settings, script, call, live_id, request, describe)
+        if framework and script not in self._framework_noted:
+            self._framework_noted.add(script)
+            self.notices.append(Notice(
+                "framework_ids", self.scenario.sessions[script].file, live_id, call,
+                "tool results for calls the recorded model never made (a framework's own) were matched by "
+                "position among themselves, their ids ignored"))
+        return divergence
 
     def _note_pacing(self, file: str, call: int, served: str, why: str) -> None:
         """Say once per run and call how pacing served it; the log says it once per run and file."""
@@ -374,8 +376,6 @@ class Run:
         if not any(f == file for f, _ in self.pacing):
             log.warning("run %s: %s call %d: %s", self.id, file, call + 1, why)
         self.pacing[key] = PacingNote(file, call, served, why)
-
-    # -- failures, in words that say what to do --------------------------------------------------
 
     def fail(self, failure: ReplayFailure) -> ReplayFailure:
         """Record a failure in the run's report, and return it (to raise or answer with)."""

@@ -11,11 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from mockllm.dsh.header import SessionHeader, SessionKind
 from mockllm.dsh.names import CHILD_FILE, MANIFEST_FILE, PRIMARY_FILE, SIDECAR_FILE
 from mockllm.dsh.reader import SessionLog, read_log
 from mockllm.errors import NotAScenarioError, RecordingError, ScenarioError
+from mockllm.scenario.count_tokens import load_counts, request_key
 from mockllm.scenario.side_routes import SideRoute, SideRouteSpec, load_side_route, read_manifest
 from mockllm.script.derive import Timing, call_timings, derive_script, recorded_model
 from mockllm.script.entries import Entry, tool_call_ids, tools_called
@@ -41,6 +43,7 @@ class SessionScript:
     # (script.DerivedScript); the times themselves are read from `path` on first use (`timings`).
     inputs: list[RecordedInputs | None] = field(default_factory=list)
     timed: list[int | None] = field(default_factory=list)
+    system: str | None = None  # its first call's system prompt, when the log names it (binds twins)
     path: Path | None = None
     _timings: list[Timing | None] | None = None
     # The whole log, kept only when asked (`keep_logs`): serving needs the scripts, not the events,
@@ -74,6 +77,14 @@ class Scenario:
     # (script, call) -> names of the tools that entry calls, filled on first use.
     _tools: dict[tuple[int, int], tuple[str, ...]] = field(default_factory=dict)
     _ids: dict[int, frozenset[str]] = field(default_factory=dict)
+    _counts: dict[bytes, bytes] | None = None
+
+    def token_count(self, request: Any) -> bytes | None:
+        """The recorded answer to a `count_tokens` request equal to `request`, if one was recorded
+        (the scenario's count_tokens.json, read on first use; RecordingError when it is broken)."""
+        if self._counts is None:
+            self._counts = load_counts(self.path)
+        return self._counts.get(request_key(request))
 
     def __post_init__(self) -> None:
         self.side_models = {route.model: number for number, route in enumerate(self.side_routes)}
@@ -266,7 +277,7 @@ def _session_script(file: Path, sidecar: Sidecar | None, keep_logs: bool, *, pri
     return SessionScript(
         id=header.id, file=file.name, parent=header.parent_session, kind=script.kind, cut=header.cut,
         events=len(log.events), created_at=header.created_at, entries=script.entries, header=header,
-        inputs=script.inputs, timed=script.timed, path=file,
+        inputs=script.inputs, timed=script.timed, system=script.system, path=file,
         model=recorded_model(log), log=log if keep_logs else None,
     )
 

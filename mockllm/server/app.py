@@ -2,9 +2,12 @@
 
 Addresses (DESIGN.md §3): `/scenarios/{name}/v1/…` (the scenario's default run), `/runs/{run}/v1/…`
 (a run made with `POST /_mockllm/runs`), `/v1/…` when exactly one scenario is loaded, and the
-admin endpoints under `/_mockllm/`. Under each base every registered wire dialect has its route;
-this module names none of them. A model route's handler finds the run, reads and decodes the
-body, asks the run what the call gets (`Run.answer`), and writes that outcome.
+admin endpoints and the inspector (`server/inspector.py`) under `/_mockllm/`. Every registered wire
+dialect has its routes under each base root (the base without `/v1`: `/scenarios/{name}`,
+`/runs/{run}`, the server's root), since not every API lives under `/v1` (Gemini's `/v1beta/…`,
+Ollama's `/api/…`); this module names none of them. A model route's handler finds the run, reads
+and decodes the body (with the route's path parameters), asks the run what the call gets
+(`Run.answer`), and writes that outcome; an open inspector page hears of it (`events.Hub`).
 """
 
 from __future__ import annotations
@@ -12,11 +15,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
+import msgspec
 from aiohttp import web
 
-from mockllm.errors import RequestError
+from mockllm.errors import RecordingError, RequestError
 from mockllm.options import ServeOptions
 from mockllm.replay.outcome import Live
 from mockllm.replay.routing import header_session
@@ -24,11 +28,14 @@ from mockllm.replay.run import Run
 from mockllm.replay.runs import Runs
 from mockllm.scenario.load import Suite
 from mockllm.server.admin import Admin, read_body, scenario_error
+from mockllm.server.events import Hub
+from mockllm.server.inspector import Inspector
 from mockllm.server.live import LiveCalls
 from mockllm.server.mock_errors import mock_error
 from mockllm.server.streaming import OutcomeWriter, Pacer
-from mockllm.wire import DEFAULT, DIALECTS, models_body
-from mockllm.wire.dialect import Dialect
+from mockllm.wire import DEFAULT, DIALECTS
+from mockllm.wire.dialect import Dialect, InfoRoute
+from mockllm.wire.models import ANTHROPIC_VERSION, models_body
 
 log = logging.getLogger("mockllm")
 
@@ -48,6 +55,9 @@ class MockServer:
         self.live = LiveCalls(suite, self.runs, options)
         self.admin = Admin(suite, self.runs, self.max_body, self.live)
         self.writer = OutcomeWriter()
+        self.hub = Hub()  # the inspector page's live events
+        self.runs.listener = self.hub.run_changed
+        self.inspector = Inspector(suite, self.runs, self.hub)
 
     @property
     def pacer(self) -> Pacer:
@@ -76,6 +86,8 @@ class MockServer:
         """The handler of `dialect`'s route under every base."""
 
         async def answer(request: web.Request) -> web.StreamResponse:
+            if _is_websocket(request):
+                return _upgrade_required(request, dialect)
             try:
                 return await self._answer(request, dialect)
             except (asyncio.CancelledError, ConnectionResetError, web.HTTPException):
@@ -95,12 +107,15 @@ class MockServer:
         if body is None:
             return mock_error(413, "request_too_large", f"request body over {self.max_body} bytes", dialect=dialect)
         try:
-            call = dialect.decode_request(body)
+            call = dialect.decode_routed(body, request.match_info)
         except RequestError as exc:
             return mock_error(400, "invalid_request", f"run {run.id}: {exc}", dialect=dialect)
         session = header_session(request.headers, self.session_headers)
         outcome = run.answer(session, call, dialect, request.raw_headers, body)
         record = outcome.record
+        hub = self.hub
+        if hub.watched:  # an inspector page is open: the cursor just moved
+            hub.touched(run.id)
         try:
             if isinstance(outcome, Live):  # a record mode: the upstream answers
                 response = await self.live.call(request, run, dialect, call, body, outcome)
@@ -109,6 +124,8 @@ class MockServer:
             return await self.writer.write(request, run, dialect, outcome)
         finally:
             record.done()
+            if hub.watched:
+                hub.touched(run.id)
             if log.isEnabledFor(logging.INFO):
                 log.info("%s %s %s session %s (%s) call %s: %s %s%.1f ms", run.id, dialect.name, record.kind or "-",
                          record.session, record.script or "unbound",
@@ -116,15 +133,52 @@ class MockServer:
                          record.status, f"{record.error} " if record.error else "", record.duration_ms or 0.0)
 
     async def models(self, request: web.Request) -> web.Response:
-        run = self._run_for(request)
+        run = self._run_for(request, ANTHROPIC if ANTHROPIC_VERSION in request.headers else DEFAULT)
         if not isinstance(run, Run):
             return run
-        return web.Response(body=models_body(self.runs.catalogs[run.scenario.name].model),
+        return web.Response(body=models_body(self.runs.catalogs[run.scenario.name].model, request.headers),
                             content_type="application/json")
 
+    def info_route(self, dialect: Dialect, info: InfoRoute) -> Handler:
+        """The handler of one of `dialect`'s info routes (a model listing): answered from the scenario."""
+
+        async def answer(request: web.Request) -> web.StreamResponse:
+            run = self._run_for(request, dialect)
+            if not isinstance(run, Run):
+                return run
+            body = await read_body(request, self.max_body) if request.can_read_body else b""
+            models = [self.runs.catalogs[run.scenario.name].model, *(r.model for r in run.scenario.side_routes)]
+            status, payload = info.answer(models, body or b"")
+            return web.Response(status=status, body=payload, content_type="application/json")
+
+        return answer
+
+    async def count_tokens(self, request: web.Request) -> web.Response:
+        """`POST …/v1/messages/count_tokens`: a recorded count for an equal request, else a 404 in
+        Anthropic's shape (clients then count locally)."""
+        run = self._run_for(request, ANTHROPIC)
+        if not isinstance(run, Run):
+            return run
+        body = await read_body(request, self.max_body)
+        try:
+            decoded = msgspec.json.decode(body or b"")
+        except msgspec.DecodeError:
+            return mock_error(400, "invalid_request", f"run {run.id}: the count_tokens body is not JSON",
+                              dialect=ANTHROPIC)
+        try:
+            counted = run.scenario.token_count(decoded)
+        except RecordingError as exc:
+            return mock_error(422, "scenario_invalid", str(exc), dialect=ANTHROPIC)
+        if counted is None:
+            return mock_error(404, "unrecorded_count_tokens", f"run {run.id}: no recorded count_tokens request of "
+                              f"scenario {run.scenario.name} equals this one; count locally", dialect=ANTHROPIC)
+        return web.Response(body=counted, content_type="application/json")
+
     async def release_held(self, app: web.Application) -> None:
-        """On shutdown: held and paced streams end at once instead of stalling shutdown."""
+        """On shutdown: held and paced streams, and inspector pages' event streams, end at once
+        instead of stalling shutdown."""
         self.writer.release()
+        self.hub.close()
 
     async def close_live(self, app: web.Application) -> None:
         """On cleanup: recordings of runs never ended are not written; the upstream client closes."""
@@ -133,36 +187,79 @@ class MockServer:
 
 # A scenario's name is its path in the suite: one level down, it holds a `/` (never before a `v1`,
 # which is the base's own: `/scenarios/s/v1/v1/messages` is a client adding /v1 twice).
-NAME = r"[^/]+(?:/(?!v1(?:/|$))[^/]+)?"
-BASES = (f"/scenarios/{{name:{NAME}}}/v1", "/runs/{run}/v1", "/v1")
+NAME = r"[^/]+(?:/(?!v1(?:/|$))[^/]+)??"  # lazy: `/scenarios/s/api/chat` is scenario s's Ollama route
+# Base roots: a dialect's routes are under each (OpenAI's and Anthropic's under its `/v1`).
+ROOTS = (f"/scenarios/{{name:{NAME}}}", "/runs/{run}", "")
+BASES = tuple(root + "/v1" for root in ROOTS)
+COUNT_TOKENS = "/messages/count_tokens"  # beside Anthropic's model route, under every base
+ANTHROPIC = next(d for d in DIALECTS if d.name == "anthropic")
 _UNDER_BASE = re.compile(rf"^(/scenarios/{NAME}/v1|/runs/[^/]+/v1|/v1)(/.*)?$")
+_UNDER_ROOT = re.compile(rf"^(/scenarios/{NAME}|/runs/[^/]+)?(/.*)$")
+
+
+def _is_websocket(request: web.Request) -> bool:
+    return request.headers.get("Upgrade", "").lower() == "websocket"
+
+
+def _upgrade_required(request: web.Request, dialect: Dialect) -> web.Response:
+    """Codex CLI tries a WebSocket first and falls back to HTTP streaming on 426 only."""
+    return mock_error(426, "upgrade_required", f"{request.path} streams over HTTP (SSE), not WebSocket",
+                      {"Upgrade": "HTTP/1.1"}, dialect=dialect)
+
+
+def _dialect_of(path: str, headers: Mapping[str, str]) -> Dialect:
+    """The dialect whose errors a path gets: the one whose routes it extends (Anthropic's
+    `/v1/messages/…`, Ollama's `/api/…`), an Anthropic client's by its header, else the default (OpenAI's)."""
+    under = _UNDER_ROOT.match(path)
+    rest = under.group(2) if under is not None else path
+    for dialect in DIALECTS:
+        if any(rest.startswith(_literal(prefix)) for prefix in dialect.prefixes):
+            return dialect
+    return ANTHROPIC if ANTHROPIC_VERSION in headers else DEFAULT
+
+
+def _literal(route: str) -> str:
+    """A route's fixed head, before its first path parameter."""
+    return route.partition("{")[0]
 
 
 async def _unknown_path(request: web.Request) -> web.Response:
     under = _UNDER_BASE.match(request.path)
     if under is None:
         return mock_error(404, "unknown_path", f"no endpoint at {request.path}: the model API is under "
-                          "/scenarios/NAME/v1, /runs/RUN/v1 or (one scenario loaded) /v1")
+                          "/scenarios/NAME/v1, /runs/RUN/v1 or (one scenario loaded) /v1; clients that add "
+                          "their own version path (Anthropic, Gemini, Ollama) take the base without /v1",
+                          dialect=_dialect_of(request.path, request.headers))
     base, rest = under.group(1), under.group(2) or ""
-    served = ", ".join([*(f"POST {base}{d.path}" for d in DIALECTS), f"GET {base}/models"])
+    root = base.removesuffix("/v1")
+    # The fixed routes under /v1 first, then the ones with path parameters or beside /v1 (Gemini's
+    # /v1beta and /v1/models/{model}:{verb}, Ollama's /api).
+    routes = [(d, route) for d in DIALECTS for route in d.routes]
+    fixed = [r for d, r in routes if r == "/v1" + d.path and "{" not in r]
+    served = ", ".join([*(f"POST {root}{r}" for r in fixed),
+                        f"GET {base}/models", f"POST {base}{COUNT_TOKENS}",
+                        *(f"POST {root}{r}" for _, r in routes if r not in fixed),
+                        *(f"{i.method} {root}{i.path}" for d in DIALECTS for i in d.info_routes)])
     message = f"no endpoint at {request.path}; under {base} mockllm serves {served}"
     if rest.startswith("/v1/"):
         message += (f". A client that adds /v1 itself (the Anthropic SDK) takes the base without it: "
                     f"{base.removesuffix('/v1') or '/'}")
-    return mock_error(404, "unknown_path", message)
+    return mock_error(404, "unknown_path", message, dialect=_dialect_of(request.path, request.headers))
 
 
-def _not_allowed(allowed: str) -> Handler:
-    """A 405 in the OpenAI error shape, for every method a path does not serve."""
+def _not_allowed(allowed: str, dialect: Dialect = DEFAULT) -> Handler:
+    """A 405 in the route's dialect's error shape, for every method a path does not serve."""
 
     async def not_allowed(request: web.Request) -> web.Response:
+        if _is_websocket(request):  # a WebSocket handshake is a GET
+            return _upgrade_required(request, dialect)
         message = f"{request.method} {request.path} is not allowed; allowed: {allowed}"
-        return mock_error(405, "method_not_allowed", message, {"Allow": allowed})
+        return mock_error(405, "method_not_allowed", message, {"Allow": allowed}, dialect=dialect)
 
     return not_allowed
 
 
-def _add_routes(app: web.Application, path: str, handlers: dict[str, Handler]) -> None:
+def _add_routes(app: web.Application, path: str, handlers: dict[str, Handler], dialect: Dialect = DEFAULT) -> None:
     """Serve `path` with `handlers` by method; any other method gets a 405.
 
     Routes, not a middleware: a middleware would wrap every model call in two more coroutines.
@@ -172,7 +269,7 @@ def _add_routes(app: web.Application, path: str, handlers: dict[str, Handler]) -
     resource = app.router.add_resource(path)
     for method, handler in handlers.items():
         resource.add_route(method, handler)
-    resource.add_route("*", _not_allowed(",".join(sorted(handlers))))
+    resource.add_route("*", _not_allowed(",".join(sorted(handlers)), dialect))
 
 
 SERVER_KEY: web.AppKey[MockServer] = web.AppKey("mockllm", MockServer)
@@ -185,14 +282,21 @@ def create_app(suite: Suite, options: ServeOptions | None = None) -> web.Applica
     app[SERVER_KEY] = server
     app.on_shutdown.append(server.release_held)
     app.on_cleanup.append(server.close_live)
-    for base in BASES:
+    for root in ROOTS:
         for dialect in DIALECTS:
-            _add_routes(app, base + dialect.path, {"POST": server.model_route(dialect)})
+            for route in dialect.routes:
+                _add_routes(app, root + route, {"POST": server.model_route(dialect)}, dialect)
+            for info in dialect.info_routes:
+                _add_routes(app, root + info.path, {info.method: server.info_route(dialect, info)}, dialect)
+        base = root + "/v1"
+        _add_routes(app, base + COUNT_TOKENS, {"POST": server.count_tokens}, ANTHROPIC)
         _add_routes(app, base + "/models", {"GET": server.models})
     admin = server.admin
     _add_routes(app, "/_mockllm/health", {"GET": admin.health})
     _add_routes(app, "/_mockllm/scenarios", {"GET": admin.scenarios})
-    _add_routes(app, "/_mockllm/runs", {"POST": admin.create_run})
+    _add_routes(app, "/_mockllm/runs", {"POST": admin.create_run, "GET": server.inspector.list_runs})
     _add_routes(app, "/_mockllm/runs/{run}", {"GET": admin.get_run, "DELETE": admin.end_run})
+    for path, handlers in server.inspector.routes().items():
+        _add_routes(app, path, handlers)
     app.router.add_route("*", "/{tail:.*}", _unknown_path)
     return app

@@ -16,7 +16,6 @@ to runs, and puts a written scenario in the suite, so the next run replays it.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,11 +34,11 @@ from mockllm.replay.runs import Runs
 from mockllm.scenario.load import Suite, is_scenario, load_scenario, name_problem
 from mockllm.server.mock_errors import mock_error
 from mockllm.wire import DEFAULT
-from mockllm.wire.dialect import Dialect, Request
+from mockllm.wire.dialect import Dialect
+from mockllm.wire.request import Request
 
 log = logging.getLogger("mockllm")
 
-_BASE = re.compile(r"^(?:/scenarios/[^/]+(?:/(?!v1(?:/|$))[^/]+)?/v1|/runs/[^/]+/v1|/v1)(?=/)")
 
 
 class LiveCalls:
@@ -124,11 +123,12 @@ class LiveCalls:
         if recording is None:  # the run ended while this call was on its way
             return mock_error(410, "run_ended", f"run {run.id} has ended; its recording takes no more calls",
                               dialect=dialect)
-        match = _BASE.match(request.path)
-        tail = request.path[match.end():] if match else dialect.path
+        info = request.match_info
+        root = f"/runs/{info['run']}" if "run" in info else f"/scenarios/{info['name']}" if "name" in info else ""
+        path = request.path[len(root):]  # under the base root: `/v1/chat/completions`, `/api/chat`, …
         if request.query_string:
-            tail += "?" + request.query_string
-        return await recording.call(request, tail, body, dialect, neutral, live)
+            path += "?" + request.query_string
+        return await recording.call(request, path, body, dialect, neutral, live)
 
     async def end(self, run: Run, discard: str | None = None) -> RecordingReport | None:
         """The run ended: write its recording (unless `discard` says why not) and serve it from now on."""

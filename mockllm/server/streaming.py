@@ -1,4 +1,7 @@
-"""Writing an outcome: one SSE response with its headers, written burst, paced or held.
+"""Writing an outcome: one streamed response with its headers, written burst, paced or held.
+
+The frames come framed by their dialect (SSE events, NDJSON lines): this module writes bytes, with
+the dialect's streaming Content-Type (`Dialect.stream_type`).
 
 Every paced stream sleeps through `Pacer`, which the server closes on shutdown: sleeping streams
 then send the rest of their events at once and end, so shutdown never waits for a schedule and a
@@ -28,6 +31,15 @@ SSE_HEADERS = {
     "Cache-Control": "no-cache",
     "X-Accel-Buffering": "no",
 }
+_STREAM_HEADERS: dict[str, dict[str, str]] = {SSE_HEADERS["Content-Type"]: SSE_HEADERS}
+
+
+def stream_headers(dialect: Dialect) -> dict[str, str]:
+    """A streamed answer's headers in `dialect`'s media type (made once per type: one per request costs)."""
+    headers = _STREAM_HEADERS.get(dialect.stream_type)
+    if headers is None:
+        headers = _STREAM_HEADERS[dialect.stream_type] = {**SSE_HEADERS, "Content-Type": dialect.stream_type}
+    return headers
 # Events due within this many seconds are written now: a timer that fires a hair early needs no second sleep.
 EARLY_S = 0.0005
 
@@ -108,13 +120,14 @@ class OutcomeWriter:
             if outcome.delay:
                 await self.pacer.sleep(outcome.delay)
             if outcome.held is not None:
-                return await self._stream_and_hold(request, run, outcome, outcome.held)
+                return await self._stream_and_hold(request, run, outcome, outcome.held, stream_headers(dialect))
             try:
+                headers = stream_headers(dialect)
                 if outcome.cut_after is not None:
-                    return await self._stream_cut(request, outcome, outcome.cut_after)
+                    return await self._stream_cut(request, outcome, outcome.cut_after, headers)
                 if outcome.schedule is not None:
-                    return await self._stream_paced(request, outcome.schedule)
-                return await self._stream(request, outcome)
+                    return await self._stream_paced(request, outcome.schedule, headers)
+                return await self._stream(request, outcome, headers)
             except (asyncio.CancelledError, ConnectionResetError):
                 run.left_early(outcome)  # its retry gets the same entry again
                 raise
@@ -130,13 +143,13 @@ class OutcomeWriter:
         return mock_error(503, "shutting_down", f"run {run.id}: mockllm is shutting down; the held call was "
                           "released", dialect=dialect)
 
-    async def _stream(self, request: web.Request, outcome: Stream) -> web.StreamResponse:
+    async def _stream(self, request: web.Request, outcome: Stream, headers: dict[str, str]) -> web.StreamResponse:
         # Nothing to wait for: two writes. The first event goes out with the headers at once (a
         # client's time to first token), the rest of the stream in one write. One write per event
         # costs a syscall each; one write for all made the first byte wait for the whole body
         # (measured: +8-25 us to first byte on a 14 KB stream). A Content-Length spares the client
         # the chunked framing.
-        response = web.StreamResponse(headers=SSE_HEADERS)
+        response = web.StreamResponse(headers=headers)
         first, rest = outcome.reply.stream_parts(outcome.include_usage)
         response.content_length = len(first) + len(rest)
         await response.prepare(request)
@@ -146,10 +159,11 @@ class OutcomeWriter:
         await response.write_eof()
         return response
 
-    async def _stream_cut(self, request: web.Request, outcome: Stream, events: int) -> web.StreamResponse:
+    async def _stream_cut(self, request: web.Request, outcome: Stream, events: int,
+                          headers: dict[str, str]) -> web.StreamResponse:
         """A fault: the answer's first `events` wire events (paced if asked), then the connection is
         dropped with no closing event, as a provider's stream that dies halfway."""
-        response = web.StreamResponse(headers=SSE_HEADERS)  # chunked: the client sees the body end early
+        response = web.StreamResponse(headers=headers)  # chunked: the client sees the body end early
         await response.prepare(request)
         if outcome.schedule is not None:
             schedule = outcome.schedule
@@ -163,18 +177,19 @@ class OutcomeWriter:
             transport.abort()  # no terminating chunk: the client's read fails, as on a reset
         return response
 
-    async def _stream_paced(self, request: web.Request, schedule: Schedule) -> web.StreamResponse:
-        response = web.StreamResponse(headers=SSE_HEADERS)
+    async def _stream_paced(self, request: web.Request, schedule: Schedule,
+                            headers: dict[str, str]) -> web.StreamResponse:
+        response = web.StreamResponse(headers=headers)
         response.content_length = schedule.length
         await response.prepare(request)
         await self.pacer.write(response, schedule)
         await response.write_eof()
         return response
 
-    async def _stream_and_hold(self, request: web.Request, run: Run, outcome: Stream,
-                               held: HeldInfo) -> web.StreamResponse:
+    async def _stream_and_hold(self, request: web.Request, run: Run, outcome: Stream, held: HeldInfo,
+                               headers: dict[str, str]) -> web.StreamResponse:
         """Stream a hang's prefix (or an aborted call's chunks), paced if asked, then hold until the client leaves."""
-        response = web.StreamResponse(headers=SSE_HEADERS)
+        response = web.StreamResponse(headers=headers)
         await response.prepare(request)
         if outcome.schedule is None:
             await response.write(outcome.reply.stream_bytes(outcome.include_usage))

@@ -35,17 +35,13 @@ Mock-made errors (exhaustion, unrecorded sessions, bad requests) keep Anthropic'
 `{"type":"error","error":{"type","message"}}` and add the mockllm code twice: machine-readable in
 `error.code`, and at the head of the message (`script_exhausted: run …`), since SDKs show the message.
 
-A request's neutral conversation (what header-less routing compares): `system` (a string or text
-blocks) as a leading system message; each message's text blocks joined; an assistant's `tool_use`
-blocks as its tool calls, their input JSON-encoded canonically (sorted keys) so a client's key order
-never matters; each `tool_result` block as one tool message naming its `tool_use_id`, before the
-rest of its user message; `thinking` and `redacted_thinking` blocks dropped (clients may or may not
-send them back), and `cache_control` ignored (clients move their cache breakpoints every call).
-Templates (`{{fromRequest:…}}`) search `system`, then `messages`.
+Requests are read in `anthropic_request`; a live stream is decoded back into chunks in
+`anthropic_stream`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -60,25 +56,15 @@ from mockllm.dsh.chunks import (
     TextDelta,
     TokenUsage,
     ToolCallDelta,
-    UsageChunk,
 )
-from mockllm.errors import RequestError
-from mockllm.script.entries import HANG_CHUNKS, ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
-from mockllm.wire import anthropic_stream
+from mockllm.script.entries import Entry, ThrowEntry
+from mockllm.wire import anthropic_stream, render
+from mockllm.wire.anthropic_request import decode_request
 from mockllm.wire.anthropic_stream import AnthropicStreamDecoder
-from mockllm.wire.dialect import (
-    NO_TOOLS,
-    Dialect,
-    Envelope,
-    Message,
-    Request,
-    SSEEvent,
-    StreamDecoder,
-    ToolCall,
-    tool_names,
-    whole_reply,
-)
-from mockllm.wire.reply import Frames, Reply
+from mockllm.wire.dialect import Dialect, Envelope, SSEEvent, StreamDecoder, whole_reply
+from mockllm.wire.render import CallRender, Ended
+from mockllm.wire.reply import Reply
+from mockllm.wire.request import Request
 from mockllm.wire.sse import named_event
 
 _encode = msgspec.json.encode
@@ -88,20 +74,6 @@ _encode = msgspec.json.encode
 SIGNATURE = "mockllm-unsigned"
 
 MESSAGE_STOP = named_event("message_stop", b'{"type":"message_stop"}')
-
-_NO_SYSTEM = msgspec.Raw()  # `system` absent (msgspec.Raw cannot be Optional)
-
-
-class _MessagesRequest(msgspec.Struct):
-    # Left undecoded: with a session header and no templates nothing reads them.
-    messages: list[msgspec.Raw]
-    model: str | None = None
-    system: msgspec.Raw = _NO_SYSTEM
-    stream: bool | None = False
-    tools: msgspec.Raw = NO_TOOLS  # msgspec.Raw cannot be Optional: an empty Raw means absent
-
-
-_request_decoder = msgspec.json.Decoder(_MessagesRequest)
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
                 403: "permission_error", 404: "not_found_error", 413: "request_too_large",
@@ -173,91 +145,12 @@ def context_window_message(message: str | None) -> str:
     return f"prompt is too long: {message or 'the context window was exceeded'}"
 
 
-# -- requests -------------------------------------------------------------------------------------
-
-def _text_of(content: Any) -> str:
-    """Content (a string or blocks) as one string: text blocks by their text, others as their JSON."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(_block_text(block) for block in content)
-    return _encode(content).decode()
-
-
-def _block_text(block: Any) -> str:
-    if isinstance(block, dict):
-        if block.get("type") == "text":
-            return str(block.get("text") or "")
-        block = {k: v for k, v in block.items() if k != "cache_control"}
-    return _encode(block).decode()
-
-
-def _canonical(value: Any) -> str:
-    return _encode(value, order="sorted").decode()
-
-
-def _message(message: Any) -> list[Message]:
-    """One Messages API message in neutral form: a user turn's tool results become tool messages."""
-    if not isinstance(message, dict):
-        return [Message(None, _encode(message).decode())]
-    role = message.get("role")
-    content = message.get("content")
-    if not isinstance(content, list):
-        return [Message(role, _text_of(content))]
-    out: list[Message] = []
-    texts: list[str] = []
-    calls: list[ToolCall] = []
-    rest = False  # anything but tool results: the turn is a message of its own too
-    for block in content:
-        kind = block.get("type") if isinstance(block, dict) else None
-        if kind == "tool_result":
-            out.append(Message("tool", _text_of(block.get("content")), tool_call_id=block.get("tool_use_id")))
-        elif kind == "tool_use":
-            calls.append(ToolCall(block.get("id"), block.get("name"), _canonical(block.get("input"))))
-            rest = True
-        elif kind in ("thinking", "redacted_thinking"):
-            rest = True
-        else:
-            texts.append(_block_text(block))
-            rest = True
-    if rest or not out:
-        out.append(Message(role, "".join(texts), tuple(calls)))
-    return out
-
-
-def anthropic_messages(conversation: dict[str, Any]) -> list[Message]:
-    """A request's `system` and `messages` (raw or decoded) as neutral messages."""
-    out: list[Message] = []
-    system = conversation.get("system")
-    if isinstance(system, msgspec.Raw):
-        system = msgspec.json.decode(system)
-    if system is not None:
-        out.append(Message("system", _text_of(system)))
-    for message in conversation["messages"]:
-        out.extend(_message(msgspec.json.decode(message) if isinstance(message, msgspec.Raw) else message))
-    return out
-
-
 class AnthropicMessages(Dialect):
     name = "anthropic"
     path = "/messages"
 
     def decode_request(self, body: bytes) -> Request:
-        try:
-            request = _request_decoder.decode(body)
-        except msgspec.DecodeError as exc:
-            raise RequestError(f"request body is not an Anthropic Messages request ({exc}); "
-                               'expected JSON with a non-empty "messages" array') from None
-        if not request.messages:
-            raise RequestError('"messages" is empty')
-        # A dict, so templates walk `system` before `messages`, as a chat request's system message comes first.
-        conversation: dict[str, Any] = {"messages": request.messages}
-        if request.system:
-            conversation = {"system": request.system, **conversation}
-        return Request(bool(request.stream), True, request.model, conversation, anthropic_messages,
-                       raw_tools=request.tools or None, _decode_tools=tool_names)
+        return decode_request(body)
 
     def reply_id(self, script: int, call: int) -> str:
         return f"msg_mockllm_{script}_{call}"
@@ -276,51 +169,12 @@ class AnthropicMessages(Dialect):
         return None if reply is None else anthropic_stream.body_events(reply)
 
 
-# -- replies --------------------------------------------------------------------------------------
-
 def render_entry(entry: Entry, envelope: Envelope) -> Reply:
     """Answer for one script entry (templates must already be resolved)."""
-    if isinstance(entry, HangEntry):
-        hang = _Message(envelope, list(HANG_CHUNKS))
-        return Reply(200, tuple(hang.frames), None, "hold", (), b"", hold_when_not_streaming=True,
-                     sources=hang.sources)
-    if isinstance(entry, ThrowEntry):
-        return _render_throw_after(entry, envelope) if entry.chunks else _render_throw(entry)
-    return _render_chunks(entry, envelope)
-
-
-def _render_chunks(entry: ChunksEntry, envelope: Envelope) -> Reply:
-    message = _Message(envelope, entry.chunks)
-    finish = message.finish
-    if finish is not None and finish.reason.kind == "error" and finish.reason.error_code == "CONTEXT_WINDOW_EXCEEDED":
-        body = provider_error(context_window_message(finish.reason.error_message), 400)
-        return Reply(400, (), None, "done", (), body, body_status=400)
-    if finish is not None and finish.reason.kind == "aborted":
-        return Reply(200, tuple(message.frames), None, "hold", (), b"", hold_when_not_streaming=True,
-                     sources=message.sources)
-    message.end()
-    return Reply(200, tuple(message.frames), None, "done", (MESSAGE_STOP,), _encode(message.body()),
-                 sources=message.sources)
-
-
-def _render_throw(entry: ThrowEntry) -> Reply:
-    status = throw_status(entry.code, entry.status)
-    return Reply(status, (), None, "error", (), provider_error(entry.message, status), body_status=status)
-
-
-def _render_throw_after(entry: ThrowEntry, envelope: Envelope) -> Reply:
-    status = throw_status(entry.code, entry.status)
-    body = provider_error(entry.message, status)
-    message = _Message(envelope, entry.chunks)
-    frames, sources = tuple(message.frames), message.sources
-    if entry.code == "STREAM_CLOSED":
-        return Reply(200, frames, None, "cut", (), body, body_status=status, sources=sources)
-    return Reply(200, frames, None, "error", (named_event("error", body),), body, body_status=status,
-                 sources=sources)
+    return render.render_entry(_MessageCall, entry, envelope)
 
 
 _WIRE_TYPES = {"text": "text", "reasoning": "thinking", "tool-call": "tool_use"}
-_DELTA_KINDS = {TextDelta: "text", ReasoningDelta: "reasoning", ToolCallDelta: "tool-call"}
 
 
 class _Block:
@@ -354,64 +208,71 @@ def tool_input(arguments: str) -> Any:
         return arguments
 
 
-class _Message:
-    """Walks one call's chunks once, producing its SSE frames and its assembled message."""
+class _MessageCall(CallRender):
+    """One call as Messages stream events and its assembled `message`."""
 
-    def __init__(self, envelope: Envelope, chunks: list[StreamChunk]) -> None:
-        self._envelope = envelope
-        self.finish: FinishChunk | None = None
-        self.usage: TokenUsage | None = None
-        for chunk in chunks:
-            if isinstance(chunk, FinishChunk):
-                self.finish = chunk
-            elif isinstance(chunk, UsageChunk):
-                self.usage = chunk.usage
+    def opening(self, chunks: Sequence[StreamChunk]) -> None:
         self.blocks: list[_Block] = []
         self._wire: dict[int, int] = {}  # recorded block index -> wire index
         self._open: int | None = None  # the wire index of the block being streamed
-        self._identity: dict[int, tuple[str | None, str | None]] = {}  # recorded index -> tool (id, name)
-        start: dict[str, Any] = {"id": envelope.reply_id, "type": "message", "role": "assistant",
-                                 "model": envelope.model, "content": [], "stop_reason": None, "stop_sequence": None,
-                                 "usage": usage_object(self.usage)}
-        self.frames = Frames()  # message_start comes before any chunk: it goes out at once when paced
-        self._event("message_start", {"type": "message_start", "message": start})
-        self._walk(chunks)
-
-    def _walk(self, chunks: list[StreamChunk]) -> None:
-        ended: dict[int, Block] = {c.index: c.block for c in chunks if isinstance(c, BlockEnd)}
-        with_deltas = {c.index for c in chunks if isinstance(c, TextDelta | ReasoningDelta | ToolCallDelta)}
         # A tool call's identity as the client first sees it: its first delta's, gaps filled from its block-end.
-        identity = self._identity
+        identity: dict[int, tuple[str | None, str | None]] = {}  # recorded index -> tool (id, name)
         calls = [(c.index, c.id, c.name) for c in chunks if isinstance(c, ToolCallDelta)]
-        calls += [(i, b.id, b.name) for i, b in ended.items() if b.type == "tool-call"]
+        calls += [(i, b.id, b.name) for i, b in self.ended.items() if b.type == "tool-call"]
         for index, call_id, name in calls:
             old_id, old_name = identity.get(index, (None, None))
             identity[index] = (old_id or call_id, old_name or name)
-        for position, chunk in enumerate(chunks):
-            self.frames.chunk = position  # end()'s frames keep the last chunk: they go out with it
-            if isinstance(chunk, TextDelta | ReasoningDelta):
-                self._delta(chunk.index, _DELTA_KINDS[type(chunk)], chunk.text)
-            elif isinstance(chunk, ToolCallDelta):
-                self._delta(chunk.index, "tool-call", chunk.argumentsDelta)
-            elif isinstance(chunk, BlockStart):
-                if chunk.blockType in _WIRE_TYPES:
-                    self._start(chunk.index, chunk.blockType)
-                if chunk.index not in with_deltas and chunk.index in ended:
-                    # A block recorded with no deltas still reaches the client, as one delta of its content.
-                    self._whole_block(chunk.index, ended[chunk.index])
-            elif isinstance(chunk, BlockEnd):
-                self._stop(chunk.index)
+        self._identity = identity
+        envelope = self.envelope
+        start: dict[str, Any] = {"id": envelope.reply_id, "type": "message", "role": "assistant",
+                                 "model": envelope.model, "content": [], "stop_reason": None, "stop_sequence": None,
+                                 "usage": usage_object(self.usage)}
+        self._event("message_start", {"type": "message_start", "message": start})
 
-    @property
-    def sources(self) -> tuple[int, ...]:
-        return tuple(self.frames.sources)
+    def text(self, chunk: TextDelta) -> None:
+        self._delta(chunk.index, "text", chunk.text)
 
-    def _whole_block(self, index: int, block: Block) -> None:
+    def reasoning(self, chunk: ReasoningDelta) -> None:
+        self._delta(chunk.index, "reasoning", chunk.text)
+
+    def tool_delta(self, chunk: ToolCallDelta) -> None:
+        self._delta(chunk.index, "tool-call", chunk.argumentsDelta)
+
+    def block_start(self, chunk: BlockStart) -> None:
+        if chunk.blockType in _WIRE_TYPES:
+            self._start(chunk.index, chunk.blockType)
+
+    def whole_block(self, start: BlockStart, block: Block) -> None:
         if block.type in ("text", "reasoning"):
-            self._delta(index, block.type, block.text or "")
+            self._delta(start.index, block.type, block.text or "")
         elif block.type == "tool-call":
             arguments = block.arguments if isinstance(block.arguments, str) else _encode(block.arguments).decode()
-            self._delta(index, "tool-call", arguments)
+            self._delta(start.index, "tool-call", arguments)
+
+    def block_end(self, chunk: BlockEnd) -> None:
+        wire = self._wire.get(chunk.index)
+        if wire is not None and wire == self._open:
+            self._close(wire)
+
+    def end(self) -> Ended:
+        """Stop the open block, then `message_delta` (stop reason, output usage); `message_stop` closes."""
+        if self._open is not None:
+            self._close(self._open)
+        self._event("message_delta", {"type": "message_delta",
+                                      "delta": {"stop_reason": stop_reason(self.finish), "stop_sequence": None},
+                                      "usage": output_usage(self.usage)})
+        return None, (MESSAGE_STOP,), _encode(self.body())
+
+    def error_event(self, entry: ThrowEntry, status: int, body: bytes) -> bytes:
+        return named_event("error", body)
+
+    @staticmethod
+    def throw_body(message: str, code: str, status: int) -> bytes:
+        return provider_error(message, status)
+
+    @staticmethod
+    def context_window_body(message: str | None) -> bytes:
+        return provider_error(context_window_message(message), 400)
 
     def _start(self, index: int, kind: str) -> int:
         wire = self._wire.get(index)
@@ -450,11 +311,6 @@ class _Message:
             delta = {"type": "text_delta", "text": text}
         self._event("content_block_delta", {"type": "content_block_delta", "index": wire, "delta": delta})
 
-    def _stop(self, index: int) -> None:
-        wire = self._wire.get(index)
-        if wire is not None and wire == self._open:
-            self._close(wire)
-
     def _close(self, wire: int) -> None:
         if self.blocks[wire].type == "thinking":
             self._event("content_block_delta", {"type": "content_block_delta", "index": wire,
@@ -465,16 +321,8 @@ class _Message:
     def _event(self, name: str, payload: dict[str, Any]) -> None:
         self.frames.append(named_event(name, _encode(payload)))
 
-    def end(self) -> None:
-        """Stop the open block, then `message_delta` (stop reason, output usage); `message_stop` is the closing."""
-        if self._open is not None:
-            self._close(self._open)
-        self._event("message_delta", {"type": "message_delta",
-                                      "delta": {"stop_reason": stop_reason(self.finish), "stop_sequence": None},
-                                      "usage": output_usage(self.usage)})
-
     def body(self) -> dict[str, Any]:
         """The non-streaming `message` for the same call."""
-        return {"id": self._envelope.reply_id, "type": "message", "role": "assistant", "model": self._envelope.model,
+        return {"id": self.envelope.reply_id, "type": "message", "role": "assistant", "model": self.envelope.model,
                 "content": [b.assembled() for b in self.blocks], "stop_reason": stop_reason(self.finish),
                 "stop_sequence": None, "usage": usage_object(self.usage)}

@@ -4,17 +4,19 @@ One recorded delta is one SSE event, so a client rebuilds exactly the recorded f
 first delta carries `role: "assistant"`; a tool call's identity (id, type, name) rides only on its
 first fragment. Rendering is pure and runs once per entry wherever the bytes do not depend on the
 request.
+
+Requests are read in `chat_request`; a live stream is decoded back into chunks in `chat_stream`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
 from mockllm.dsh.chunks import (
     Block,
-    BlockEnd,
     BlockStart,
     FinishChunk,
     ReasoningDelta,
@@ -22,42 +24,21 @@ from mockllm.dsh.chunks import (
     TextDelta,
     TokenUsage,
     ToolCallDelta,
-    UsageChunk,
 )
-from mockllm.errors import RequestError
-from mockllm.script.entries import HANG_CHUNKS, ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
-from mockllm.wire import chat_stream
+from mockllm.script.entries import Entry, ThrowEntry
+from mockllm.wire import chat_stream, render
+from mockllm.wire.chat_request import decode_request
 from mockllm.wire.chat_stream import ChatStreamDecoder
-from mockllm.wire.dialect import (
-    NO_TOOLS,
-    Dialect,
-    Envelope,
-    Message,
-    Request,
-    SSEEvent,
-    StreamDecoder,
-    ToolCall,
-    tool_names,
-    whole_reply,
-)
-from mockllm.wire.reply import Frames, Reply
+from mockllm.wire.dialect import Dialect, Envelope, SSEEvent, StreamDecoder, whole_reply
+from mockllm.wire.render import CallRender, Ended
+from mockllm.wire.reply import Reply
+from mockllm.wire.request import Request
 from mockllm.wire.sse import data_event
 
 DONE = data_event(b"[DONE]")
 
 _encode = msgspec.json.encode
 
-
-class _ChatRequest(msgspec.Struct):
-    # Left undecoded: with a session header and no templates nothing reads them.
-    messages: list[msgspec.Raw]
-    model: str | None = None
-    stream: bool | None = False
-    stream_options: dict[str, Any] | None = None
-    tools: msgspec.Raw = NO_TOOLS  # msgspec.Raw cannot be Optional: an empty Raw means absent
-
-
-_request_decoder = msgspec.json.Decoder(_ChatRequest)
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 409: "conflict_error", 410: "invalid_request_error",
@@ -91,93 +72,12 @@ def usage_object(usage: TokenUsage) -> dict[str, Any]:
     return out
 
 
-def text_of(content: Any) -> str:
-    """A message's content as one string: `null` is "", parts compare by their text."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            part.get("text", "") if isinstance(part, dict) and "text" in part else _encode(part).decode()
-            for part in content
-        )
-    return _encode(content).decode()
-
-
-def _arguments(value: Any) -> str | None:
-    return value if value is None or isinstance(value, str) else _encode(value).decode()
-
-
-class _PlainMessage(msgspec.Struct):
-    """The common message shape: a role and string (or absent) content, nothing else that matters."""
-
-    role: str | None = None
-    content: str | None = None
-    tool_call_id: str | None = None
-    name: str | None = None
-    tool_calls: msgspec.Raw = msgspec.Raw()  # only to see that there are some: those take the general path
-
-
-_plain_decoder = msgspec.json.Decoder(_PlainMessage)
-
-
-def chat_message(message: Any) -> Message:
-    """One chat message (decoded, or still raw JSON) in neutral form; `reasoning_content` is dropped."""
-    if isinstance(message, msgspec.Raw):
-        # Most messages are plain text: a typed decode is several times cheaper than building a
-        # dict. Anything else (tool calls, content parts, odd values) takes the general path.
-        try:
-            plain = _plain_decoder.decode(message)
-        except msgspec.DecodeError:
-            pass
-        else:
-            if bytes(plain.tool_calls) in (b"", b"null"):
-                return Message(plain.role, plain.content or "", (), plain.tool_call_id, plain.name)
-        message = msgspec.json.decode(message)
-    if not isinstance(message, dict):
-        return Message(None, _encode(message).decode())
-    tool_calls = tuple(
-        ToolCall(call.get("id"), (call.get("function") or {}).get("name"),
-                 _arguments((call.get("function") or {}).get("arguments")))
-        for call in message.get("tool_calls") or ()
-        if isinstance(call, dict)
-    )
-    return Message(message.get("role"), text_of(message.get("content")), tool_calls, message.get("tool_call_id"),
-                   message.get("name"))
-
-
-def chat_messages(messages: list[Any]) -> list[Message]:
-    return [chat_message(m) for m in messages]
-
-
-def chat_tail(messages: list[Any]) -> list[Message]:
-    """The messages after the last assistant one, decoding from the end only as far as that."""
-    tail: list[Message] = []
-    for raw in reversed(messages):
-        message = chat_message(raw)
-        if message.role == "assistant":
-            break
-        tail.append(message)
-    tail.reverse()
-    return tail
-
-
 class ChatCompletions(Dialect):
     name = "chat"
     path = "/chat/completions"
 
     def decode_request(self, body: bytes) -> Request:
-        try:
-            chat = _request_decoder.decode(body)
-        except msgspec.DecodeError as exc:
-            raise RequestError(f"request body is not a chat completions request ({exc}); "
-                               'expected JSON with a non-empty "messages" array') from None
-        if not chat.messages:
-            raise RequestError('"messages" is empty')
-        include_usage = bool((chat.stream_options or {}).get("include_usage"))
-        return Request(bool(chat.stream), include_usage, chat.model, chat.messages, chat_messages,
-                       raw_tools=chat.tools or None, _decode_tools=tool_names, _decode_tail=chat_tail)
+        return decode_request(body)
 
     def reply_id(self, script: int, call: int) -> str:
         return f"chatcmpl-mockllm-{script}-{call}"
@@ -198,38 +98,7 @@ class ChatCompletions(Dialect):
 
 def render_entry(entry: Entry, envelope: Envelope) -> Reply:
     """Answer for one script entry (templates must already be resolved)."""
-    if isinstance(entry, HangEntry):
-        stream = _Stream(envelope, list(HANG_CHUNKS))
-        return Reply(200, tuple(stream.frames), None, "hold", (), b"", hold_when_not_streaming=True,
-                     sources=stream.sources)
-    if isinstance(entry, ThrowEntry):
-        return _render_throw(entry, envelope)
-    return _render_chunks(entry, envelope)
-
-
-def _render_chunks(entry: ChunksEntry, envelope: Envelope) -> Reply:
-    stream = _Stream(envelope, entry.chunks)
-    finish = stream.finish
-    if finish is not None and finish.reason.kind == "error" and finish.reason.error_code == "CONTEXT_WINDOW_EXCEEDED":
-        message = finish.reason.error_message or "context window exceeded"
-        return Reply(400, (), None, "done", (), error_body(message, "context_length_exceeded", 400), body_status=400)
-    hold = finish is not None and finish.reason.kind == "aborted"
-    return Reply(
-        200, tuple(stream.frames), stream.usage_frame(), "hold" if hold else "done", (DONE,),
-        _encode(stream.completion()), hold_when_not_streaming=hold, sources=stream.sources,
-    )
-
-
-def _render_throw(entry: ThrowEntry, envelope: Envelope) -> Reply:
-    status = throw_status(entry.code, entry.status)
-    body = error_body(entry.message, entry.code, status)
-    if not entry.chunks:
-        return Reply(status, (), None, "error", (), body, body_status=status)
-    stream = _Stream(envelope, entry.chunks)
-    if entry.code == "STREAM_CLOSED":
-        return Reply(200, tuple(stream.frames), None, "cut", (), body, body_status=status, sources=stream.sources)
-    return Reply(200, tuple(stream.frames), None, "error", (data_event(body),), body, body_status=status,
-                 sources=stream.sources)
+    return render.render_entry(_ChatCall, entry, envelope)
 
 
 def finish_reason(finish: FinishChunk) -> str:
@@ -247,58 +116,60 @@ def finish_reason(finish: FinishChunk) -> str:
     return reason.kind.replace("-", "_")
 
 
-class _Stream:
-    """Walks one call's chunks once, producing its SSE frames and its assembled completion."""
+class _ChatCall(CallRender):
+    """One call as `chat.completion.chunk` events and its assembled `chat.completion`."""
 
-    def __init__(self, envelope: Envelope, chunks: list[StreamChunk]) -> None:
+    def opening(self, chunks: Sequence[StreamChunk]) -> None:
+        envelope = self.envelope
         # Every chunk's JSON opens with the same fields: encoded once per reply.
         self._prefix = (
             b'{"id":' + _encode(envelope.reply_id) + b',"object":"chat.completion.chunk","created":'
             + _encode(envelope.created) + b',"model":' + _encode(envelope.model) + b","
         )
-        self._envelope = envelope
-        self.frames = Frames()
-        self.finish: FinishChunk | None = None
-        self.usage: TokenUsage | None = None
         self._role_sent = False
         self._content: list[str] = []
         self._reasoning: list[str] = []
         self._tool_calls: dict[int, dict[str, Any]] = {}  # block index -> assembled call, in call order
-        self._walk(chunks)
 
-    def _walk(self, chunks: list[StreamChunk]) -> None:
-        ended: dict[int, Block] = {c.index: c.block for c in chunks if isinstance(c, BlockEnd)}
-        with_deltas = {c.index for c in chunks if isinstance(c, TextDelta | ReasoningDelta | ToolCallDelta)}
-        for position, chunk in enumerate(chunks):
-            self.frames.chunk = position
-            if isinstance(chunk, TextDelta):
-                self._text(chunk.text)
-            elif isinstance(chunk, ReasoningDelta):
-                self._reasoning_text(chunk.text)
-            elif isinstance(chunk, ToolCallDelta):
-                name = chunk.name if chunk.name is not None else getattr(ended.get(chunk.index), "name", None)
-                self._tool_fragment(chunk.index, chunk.id, name, chunk.argumentsDelta)
-            elif isinstance(chunk, BlockStart) and chunk.index not in with_deltas and chunk.index in ended:
-                # A block recorded with no deltas still reaches the client, as one delta of its content.
-                self._whole_block(chunk.index, ended[chunk.index])
-            elif isinstance(chunk, UsageChunk):
-                self.usage = chunk.usage
-            elif isinstance(chunk, FinishChunk):
-                self.finish = chunk
-                self._emit({}, finish_reason(chunk))
+    def text(self, chunk: TextDelta) -> None:
+        self._text(chunk.text)
 
-    @property
-    def sources(self) -> tuple[int, ...]:
-        return tuple(self.frames.sources)
+    def reasoning(self, chunk: ReasoningDelta) -> None:
+        self._reasoning_text(chunk.text)
 
-    def _whole_block(self, index: int, block: Block) -> None:
+    def tool_delta(self, chunk: ToolCallDelta) -> None:
+        name = chunk.name if chunk.name is not None else getattr(self.ended.get(chunk.index), "name", None)
+        self._tool_fragment(chunk.index, chunk.id, name, chunk.argumentsDelta)
+
+    def finish_chunk(self, chunk: FinishChunk) -> None:
+        self._emit({}, finish_reason(chunk))
+
+    def whole_block(self, start: BlockStart, block: Block) -> None:
         if block.type == "text":
             self._text(block.text or "")
         elif block.type == "reasoning":
             self._reasoning_text(block.text or "")
         elif block.type == "tool-call":
             arguments = block.arguments if isinstance(block.arguments, str) else _encode(block.arguments).decode()
-            self._tool_fragment(index, block.id, block.name, arguments)
+            self._tool_fragment(start.index, block.id, block.name, arguments)
+
+    def end(self) -> Ended:
+        return self.usage_frame(), (DONE,), _encode(self.completion())
+
+    def held(self) -> Ended:
+        # The usage frame still goes out before the hold when the client asked for usage.
+        return self.end()
+
+    def error_event(self, entry: ThrowEntry, status: int, body: bytes) -> bytes:
+        return data_event(body)
+
+    @staticmethod
+    def throw_body(message: str, code: str, status: int) -> bytes:
+        return error_body(message, code, status)
+
+    @staticmethod
+    def context_window_body(message: str | None) -> bytes:
+        return error_body(message or "context window exceeded", "context_length_exceeded", 400)
 
     def _text(self, text: str) -> None:
         self._content.append(text)
@@ -349,8 +220,8 @@ class _Stream:
         elif message["content"] is None:
             message["content"] = ""
         out: dict[str, Any] = {
-            "id": self._envelope.reply_id, "object": "chat.completion", "created": self._envelope.created,
-            "model": self._envelope.model,
+            "id": self.envelope.reply_id, "object": "chat.completion", "created": self.envelope.created,
+            "model": self.envelope.model,
             "choices": [{"index": 0, "message": message, "logprobs": None,
                          "finish_reason": finish_reason(self.finish) if self.finish else None}],
         }

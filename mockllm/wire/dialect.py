@@ -1,8 +1,8 @@
 """The seam between the replay core and the wire dialects.
 
-A dialect decodes its requests into a neutral `Request` (what routing, templates and input
-comparison read), renders script entries as its own bytes (`Reply`), shapes its error bodies, and
-decodes a live upstream stream back into StreamChunks (what a recorder needs). The server, the
+A dialect decodes its requests into a neutral `Request` (`wire.request`: what routing, templates
+and input comparison read), renders script entries as its own bytes (`Reply`), shapes its error
+bodies, and decodes a live upstream stream back into StreamChunks (what a recorder needs). The server, the
 reply cache, conversation routing and templates name no dialect: adding one is a module under
 `mockllm/wire/` and one line in `mockllm/wire/__init__.py`.
 """
@@ -10,9 +10,9 @@ reply cache, conversation routing and templates name no dialect: adding one is a
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import msgspec
 
@@ -31,103 +31,8 @@ from mockllm.dsh.chunks import (
 )
 from mockllm.script.entries import Entry
 from mockllm.wire.reply import Reply
-
-
-class ToolCall(NamedTuple):
-    """A tool call the assistant made, as the conversation carries it back."""
-
-    id: str | None
-    name: str | None
-    arguments: str | None  # as sent: a JSON text (dialects with structured input encode it canonically)
-
-
-class Message(NamedTuple):
-    """One conversation message in neutral form.
-
-    `role` is system, user, assistant or tool; `text` joins the message's text parts (reasoning is
-    left out: clients strip it from older turns); a tool result is a `tool` message naming the call
-    it answers in `tool_call_id`.
-    """
-
-    role: str | None
-    text: str
-    tool_calls: tuple[ToolCall, ...] = ()
-    tool_call_id: str | None = None
-    name: str | None = None
-
-
-@dataclass(slots=True)
-class Request:
-    """A live model request in neutral form.
-
-    The conversation stays undecoded until routing, a template or a comparison asks for it: with a
-    session header and no templates nothing reads it, and decoding a long agent history would be
-    most of a request's work before its first byte.
-    """
-
-    stream: bool
-    include_usage: bool  # dialects that always send usage say True
-    model: str | None
-    raw_conversation: Any  # the dialect's conversation field(s), undecoded: templates search its strings
-    _decode: Callable[[Any], list[Message]] = field(repr=False)
-    # The id of an earlier reply this request continues (OpenAI Responses' previous_response_id).
-    continues: str | None = None
-    # The names of the tools the request offers (its `tools` field), decoded on first use; None
-    # when it sends no `tools` at all (then any tool call is the agent's business).
-    raw_tools: Any = None
-    _decode_tools: Callable[[Any], frozenset[str]] | None = field(default=None, repr=False)
-    # Decodes only the messages after the last assistant message, where a dialect can do that
-    # without decoding the whole history (every request's new inputs are compared).
-    _decode_tail: Callable[[Any], list[Message]] | None = field(default=None, repr=False)
-    _messages: list[Message] | None = field(default=None, repr=False)
-    _tail: list[Message] | None = field(default=None, repr=False)
-
-    @property
-    def messages(self) -> list[Message]:
-        """The conversation, decoded on first use."""
-        if self._messages is None:
-            self._messages = self._decode(self.raw_conversation)
-        return self._messages
-
-    @property
-    def tail(self) -> list[Message]:
-        """The messages after the last assistant message (all of them when there is none)."""
-        if self._tail is None:
-            if self._messages is None and self._decode_tail is not None:
-                self._tail = self._decode_tail(self.raw_conversation)
-            else:
-                self._tail = messages_after_last_assistant(self.messages)
-        return self._tail
-
-    @property
-    def offered_tools(self) -> frozenset[str] | None:
-        if self.raw_tools is None or self._decode_tools is None:
-            return None
-        return self._decode_tools(self.raw_tools)
-
-
-def messages_after_last_assistant(messages: list[Message]) -> list[Message]:
-    for index in range(len(messages) - 1, -1, -1):
-        if messages[index].role == "assistant":
-            return messages[index + 1 :]
-    return messages
-
-
-NO_TOOLS = msgspec.Raw()  # a request struct's `tools` when the field is absent (falsy)
-
-
-def tool_names(raw: Any) -> frozenset[str]:
-    """Names of the tools a request offers: `[{"function": {"name": …}}]` (chat completions) or
-    `[{"name": …}]` (Anthropic Messages, OpenAI Responses)."""
-    tools = msgspec.json.decode(raw) if isinstance(raw, msgspec.Raw) else raw
-    names = set()
-    for tool in tools if isinstance(tools, list) else ():
-        if isinstance(tool, dict):
-            function = tool.get("function")
-            name = function.get("name") if isinstance(function, dict) else tool.get("name")
-            if isinstance(name, str):
-                names.add(name)
-    return frozenset(names)
+from mockllm.wire.request import Request
+from mockllm.wire.sse_reader import SSEReader
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +88,31 @@ def closing_chunks(blocks: list[OpenBlock], usage: TokenUsage | None, finish: Fi
 
 SSEEvent = tuple[str | None, bytes]  # an SSE event's name (None: data only) and data
 
+SSE = "text/event-stream; charset=utf-8"
+
+
+class FrameReader(Protocol):
+    """Splits a live streamed body into its events as its bytes arrive (record mode): SSE events,
+    or NDJSON lines as data-only events."""
+
+    def feed(self, piece: bytes) -> list[SSEEvent]: ...
+
+    def close(self) -> list[SSEEvent]: ...
+
+
+# What an info route answers: (the models the scenario's recording called, the request body) -> (status, JSON body).
+InfoAnswer = Callable[[Sequence[str], bytes], tuple[int, bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class InfoRoute:
+    """A route beside a dialect's model route that a client calls for its own checks (Ollama's
+    `/api/tags`): answered from the scenario, never from a script, never journaled."""
+
+    method: str
+    path: str  # under a base root, as `Dialect.routes`
+    answer: InfoAnswer
+
 
 def whole_reply(body: bytes) -> dict[str, Any] | None:
     """A non-streamed answer's JSON object, or None when it is not one."""
@@ -218,14 +148,43 @@ class StreamDecoder(ABC):
 
 
 class Dialect(ABC):
-    """One wire API (OpenAI chat completions, Anthropic Messages, OpenAI Responses)."""
+    """One wire API (OpenAI chat completions, Anthropic Messages, OpenAI Responses, Gemini, Ollama).
+
+    Where it is served: `routes`, each under every base root (`http://host:port`,
+    `…/scenarios/{name}`, `…/runs/{run}`): the OpenAI and Anthropic routes sit under `/v1`, Gemini's
+    and Ollama's do not (`/v1beta/models/{model}:…`, `/api/chat`), so routes are relative to the
+    root, not to a `/v1` base. A route may hold path parameters (`{model}`): `decode_routed` reads
+    them. How it streams: `stream_type` is the streamed answer's Content-Type, and the rendered
+    frames carry their own framing (SSE events, NDJSON lines), so the writer only writes bytes.
+    """
 
     name: str  # short and stable: journal records and caches are keyed by it
-    path: str  # the route under a base, e.g. "/chat/completions" under ".../v1"
+    path: str  # the route under a `/v1` base, e.g. "/chat/completions" (what `routes` defaults to)
+    stream_type: str = SSE  # the Content-Type of a streamed answer
+    info_routes: tuple[InfoRoute, ...] = ()  # routes beside the model route (model listings), if any
+
+    @property
+    def routes(self) -> tuple[str, ...]:
+        """The model routes under a base root (POST); path parameters are read by `decode_routed`."""
+        return ("/v1" + self.path,)
+
+    @property
+    def prefixes(self) -> tuple[str, ...]:
+        """Paths under a base root whose unknown neighbours get this dialect's error shape."""
+        return self.routes
 
     @abstractmethod
     def decode_request(self, body: bytes) -> Request:
         """The neutral request; raises RequestError naming what is wrong."""
+
+    def decode_routed(self, body: bytes, params: Mapping[str, str]) -> Request:
+        """The neutral request of a call to one of `routes`, with the route's path parameters
+        (Gemini names the model and whether to stream in the path); by default the body alone."""
+        return self.decode_request(body)
+
+    def frame_reader(self) -> FrameReader:
+        """Splits a live stream of this dialect into events for `stream_decoder()` (record mode)."""
+        return SSEReader()
 
     @abstractmethod
     def reply_id(self, script: int, call: int) -> str:

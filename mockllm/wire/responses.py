@@ -28,14 +28,14 @@ Decisions (the wire has no finish reason, only a status):
   `cache_write_tokens` are its breakdown), `output_tokens_details.reasoning_tokens`, with 0 for a
   count not recorded. A call recorded with no usage has `usage: null`.
 
-Requests: `input` (a string, or a list of items) after `instructions` is the conversation for
-routing; `previous_response_id` names the reply it continues (`Request.continues`), so a chain
-routes to the session that was served that reply, with no header (replay.py decides when).
+Requests are read in `responses_request`; a live stream is decoded back into chunks in
+`responses_stream`.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -50,43 +50,20 @@ from mockllm.dsh.chunks import (
     TextDelta,
     TokenUsage,
     ToolCallDelta,
-    UsageChunk,
 )
-from mockllm.errors import RequestError
-from mockllm.script.entries import HANG_CHUNKS, ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
-from mockllm.wire import responses_stream
-from mockllm.wire.chat import error_body, error_type, text_of
-from mockllm.wire.dialect import (
-    NO_TOOLS,
-    Dialect,
-    Envelope,
-    Message,
-    Request,
-    SSEEvent,
-    StreamDecoder,
-    ToolCall,
-    tool_names,
-    whole_reply,
-)
-from mockllm.wire.reply import Frames, Reply
+from mockllm.script.entries import Entry, ThrowEntry
+from mockllm.wire import render, responses_stream
+from mockllm.wire.chat import error_body, error_type
+from mockllm.wire.dialect import Dialect, Envelope, SSEEvent, StreamDecoder, whole_reply
+from mockllm.wire.render import CallRender, Ended
+from mockllm.wire.reply import Reply
+from mockllm.wire.request import Request
+from mockllm.wire.responses_request import decode_request
 from mockllm.wire.responses_stream import ResponsesStreamDecoder
 from mockllm.wire.sse import named_event
 
 _encode = msgspec.json.encode
 _REPLY_ID = re.compile(r"resp_mockllm_(\d+)_(\d+)")
-
-
-class _ResponsesRequest(msgspec.Struct):
-    # `input` stays undecoded: with a session header and no templates nothing reads it.
-    input: str | list[msgspec.Raw] | None = None
-    instructions: str | None = None
-    model: str | None = None
-    stream: bool | None = False
-    previous_response_id: str | None = None
-    tools: msgspec.Raw = NO_TOOLS  # msgspec.Raw cannot be Optional: an empty Raw means absent
-
-
-_request_decoder = msgspec.json.Decoder(_ResponsesRequest)
 
 
 def usage_object(usage: TokenUsage) -> dict[str, Any]:
@@ -103,69 +80,12 @@ def usage_object(usage: TokenUsage) -> dict[str, Any]:
     }
 
 
-def _arguments(value: Any) -> str | None:
-    return value if value is None or isinstance(value, str) else _encode(value).decode()
-
-
-def input_messages(raw: list[Any]) -> list[Message]:
-    """`[instructions, input]` in neutral form, for routing and input comparison.
-
-    `instructions` is a leading system message (it is the system prompt, and is sent again on every
-    call); a string `input` is one user message; message items (with `type: "message"`, or a `role`
-    and no `type`) keep their role, `developer` read as `system`, and their text parts
-    (`input_text`, `output_text`) joined; `function_call` items are the assistant's tool calls,
-    merged into the assistant message just before them (as chat completions carries them);
-    `function_call_output` items are tool messages answering `call_id`; `reasoning` items are
-    dropped (clients drop or rewrite them, as DeepSeek clients drop `reasoning_content`). Other
-    items are kept as their JSON text, so they still take part in the prefix comparison.
-    """
-    instructions, items = raw
-    out: list[Message] = []
-    if instructions:
-        out.append(Message("system", instructions))
-    if isinstance(items, str):
-        out.append(Message("user", items))
-        return out
-    for item in items or ():
-        if isinstance(item, msgspec.Raw):
-            item = msgspec.json.decode(item)
-        if not isinstance(item, dict):
-            out.append(Message(None, _encode(item).decode()))
-            continue
-        kind = item.get("type", "message" if "role" in item else None)
-        if kind == "message":
-            role = item.get("role")
-            out.append(Message("system" if role == "developer" else role, text_of(item.get("content"))))
-        elif kind == "function_call":
-            call = ToolCall(item.get("call_id"), item.get("name"), _arguments(item.get("arguments")))
-            last = out[-1] if out else None
-            if last is not None and last.role == "assistant":
-                out[-1] = last._replace(tool_calls=(*last.tool_calls, call))
-            else:
-                out.append(Message("assistant", "", (call,)))
-        elif kind == "function_call_output":
-            out.append(Message("tool", text_of(item.get("output")), tool_call_id=item.get("call_id")))
-        elif kind != "reasoning":
-            out.append(Message(kind, _encode(item).decode()))
-    return out
-
-
 class Responses(Dialect):
     name = "responses"
     path = "/responses"
 
     def decode_request(self, body: bytes) -> Request:
-        try:
-            request = _request_decoder.decode(body)
-        except msgspec.DecodeError as exc:
-            raise RequestError(f"request body is not a Responses request ({exc}); expected JSON with "
-                               '"input" (a string or a list of items)') from None
-        if not request.input and request.previous_response_id is None:
-            raise RequestError('"input" is empty and there is no "previous_response_id"')
-        # Responses always carry usage (in `response.completed`): include_usage is True.
-        return Request(bool(request.stream), True, request.model, [request.instructions, request.input],
-                       input_messages, continues=request.previous_response_id,
-                       raw_tools=request.tools or None, _decode_tools=tool_names)
+        return decode_request(body)
 
     def reply_id(self, script: int, call: int) -> str:
         return f"resp_mockllm_{script}_{call}"
@@ -191,40 +111,7 @@ class Responses(Dialect):
 
 def render_entry(entry: Entry, envelope: Envelope) -> Reply:
     """Answer for one script entry (templates must already be resolved)."""
-    if isinstance(entry, HangEntry):
-        stream = _Stream(envelope, list(HANG_CHUNKS))
-        return Reply(200, tuple(stream.frames), None, "hold", (), b"", hold_when_not_streaming=True,
-                     sources=stream.sources)
-    if isinstance(entry, ThrowEntry):
-        return _render_throw(entry, envelope)
-    return _render_chunks(entry, envelope)
-
-
-def _render_chunks(entry: ChunksEntry, envelope: Envelope) -> Reply:
-    stream = _Stream(envelope, entry.chunks)
-    reason = stream.finish.reason if stream.finish is not None else None
-    if reason is not None and reason.kind == "error" and reason.error_code == "CONTEXT_WINDOW_EXCEEDED":
-        message = reason.error_message or "context window exceeded"
-        return Reply(400, (), None, "done", (), error_body(message, "context_length_exceeded", 400), body_status=400)
-    if reason is not None and reason.kind == "aborted":  # the client cancelled: hold, as a hang does
-        return Reply(200, tuple(stream.frames), None, "hold", (), b"", hold_when_not_streaming=True,
-                     sources=stream.sources)
-    body = stream.end()
-    return Reply(200, tuple(stream.frames), None, "done", (), _encode(body), sources=stream.sources)
-
-
-def _render_throw(entry: ThrowEntry, envelope: Envelope) -> Reply:
-    status = throw_status(entry.code, entry.status)
-    body = error_body(entry.message, entry.code, status)
-    if not entry.chunks:
-        return Reply(status, (), None, "error", (), body, body_status=status)
-    stream = _Stream(envelope, entry.chunks)
-    if entry.code == "STREAM_CLOSED":
-        return Reply(200, tuple(stream.frames), None, "cut", (), body, body_status=status, sources=stream.sources)
-    frames, sources = tuple(stream.frames), stream.sources  # before the error event, which is the closing
-    error = {"type": error_type(status), "code": entry.code, "message": entry.message, "param": None}
-    closing = stream.event("error", code=entry.code, message=entry.message, param=None, error=error)
-    return Reply(200, frames, None, "error", (closing,), body, body_status=status, sources=sources)
+    return render.render_entry(_ResponseCall, entry, envelope)
 
 
 def _status(finish: FinishChunk | None) -> tuple[str, dict[str, Any]]:
@@ -245,7 +132,6 @@ def _status(finish: FinishChunk | None) -> tuple[str, dict[str, Any]]:
 
 _TERMINAL = {"completed": "response.completed", "incomplete": "response.incomplete", "failed": "response.failed"}
 _ITEM_PREFIX = {"reasoning": "rs", "text": "msg", "tool-call": "fc"}
-_DELTA_KIND = {TextDelta: "text", ReasoningDelta: "reasoning", ToolCallDelta: "tool-call"}
 
 
 class _Item:
@@ -275,73 +161,86 @@ class _Item:
                 "name": self.name, "arguments": text}
 
 
-class _Stream:
-    """Walks one call's chunks once, producing its named SSE events and its assembled response."""
+class _ResponseCall(CallRender):
+    """One call as named Responses events and its assembled Response."""
 
-    def __init__(self, envelope: Envelope, chunks: list[StreamChunk]) -> None:
-        self._envelope = envelope
-        self._item_suffix = envelope.reply_id.removeprefix("resp_")  # item ids unique across replies
-        self.frames = Frames()  # response.created and .in_progress come before any chunk: sent at once when paced
+    def opening(self, chunks: Sequence[StreamChunk]) -> None:
+        self._item_suffix = self.envelope.reply_id.removeprefix("resp_")  # item ids unique across replies
         self._sequence = 0
         self.items: dict[int, _Item] = {}  # block index -> item, in output order
-        self.finish: FinishChunk | None = None
-        self.usage: TokenUsage | None = None
-        self.event("response.created", response=self._response("in_progress", []))
-        self.event("response.in_progress", response=self._response("in_progress", []))
-        self._walk(chunks)
-
-    def event(self, kind: str, **fields: Any) -> bytes:
-        """Frame the next event: appended to `frames`, and returned."""
-        frame = named_event(kind, _encode({"type": kind, "sequence_number": self._sequence, **fields}))
-        self._sequence += 1
-        self.frames.append(frame)
-        return frame
-
-    @property
-    def sources(self) -> tuple[int, ...]:
-        return tuple(self.frames.sources)
-
-    def _response(self, status: str, output: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
-        envelope = self._envelope
-        return {"id": envelope.reply_id, "object": "response", "created_at": envelope.created, "status": status,
-                "error": None, "incomplete_details": None, "model": envelope.model, "output": output,
-                "parallel_tool_calls": True, "tool_choice": "auto", "tools": [], "usage": None, **fields}
-
-    def _walk(self, chunks: list[StreamChunk]) -> None:
-        ended: dict[int, Block] = {c.index: c.block for c in chunks if isinstance(c, BlockEnd)}
-        last_delta: dict[int, int] = {}
         identity: dict[int, tuple[str | None, str | None]] = {}  # tool block -> first recorded (id, name)
-        for position, chunk in enumerate(chunks):
-            if isinstance(chunk, TextDelta | ReasoningDelta | ToolCallDelta):
-                last_delta[chunk.index] = position
+        for chunk in chunks:
             if isinstance(chunk, ToolCallDelta):
                 call_id, name = identity.get(chunk.index, (None, None))
                 identity[chunk.index] = (call_id or chunk.id, name or chunk.name)
-        for index, block in ended.items():
+        for index, block in self.ended.items():
             call_id, name = identity.get(index, (None, None))
             identity[index] = (call_id or block.id, name or block.name)
         self._identity = identity
-        self._last_delta = last_delta
-        for position, chunk in enumerate(chunks):
-            self.frames.chunk = position  # end()'s frames keep the last chunk: they go out with it
-            if isinstance(chunk, BlockStart):
-                if chunk.blockType in _ITEM_PREFIX:
-                    item = self._item(chunk.index, chunk.blockType, position)
-                    if chunk.index not in last_delta and chunk.index in ended:
-                        # A block recorded with no deltas still reaches the client, as one delta of its content.
-                        self._delta(item, _whole_text(ended[chunk.index]))
-            elif isinstance(chunk, TextDelta | ReasoningDelta):
-                self._delta(self._item(chunk.index, _DELTA_KIND[type(chunk)], position), chunk.text)
-            elif isinstance(chunk, ToolCallDelta):
-                self._delta(self._item(chunk.index, "tool-call", position), chunk.argumentsDelta)
-            elif isinstance(chunk, BlockEnd):
-                ending = self.items.get(chunk.index)
-                if ending is not None and not ending.done:
-                    self._close(ending)
-            elif isinstance(chunk, UsageChunk):
-                self.usage = chunk.usage
-            elif isinstance(chunk, FinishChunk):
-                self.finish = chunk
+        self.event("response.created", response=self._response("in_progress", []))
+        self.event("response.in_progress", response=self._response("in_progress", []))
+
+    def text(self, chunk: TextDelta) -> None:
+        self._delta(self._item(chunk.index, "text", self.frames.chunk), chunk.text)
+
+    def reasoning(self, chunk: ReasoningDelta) -> None:
+        self._delta(self._item(chunk.index, "reasoning", self.frames.chunk), chunk.text)
+
+    def tool_delta(self, chunk: ToolCallDelta) -> None:
+        self._delta(self._item(chunk.index, "tool-call", self.frames.chunk), chunk.argumentsDelta)
+
+    def block_start(self, chunk: BlockStart) -> None:
+        if chunk.blockType in _ITEM_PREFIX:
+            self._item(chunk.index, chunk.blockType, self.frames.chunk)
+
+    def whole_block(self, start: BlockStart, block: Block) -> None:
+        if start.blockType in _ITEM_PREFIX:  # a block of no item kind is not sent at all
+            self._delta(self.items[start.index], _whole_text(block))
+
+    def block_end(self, chunk: BlockEnd) -> None:
+        ending = self.items.get(chunk.index)
+        if ending is not None and not ending.done:
+            self._close(ending)
+
+    def end(self) -> Ended:
+        """Close every open item, then the terminal event, whose Response is also the non-stream body."""
+        for item in self.items.values():
+            if not item.done:
+                self._close(item)
+        status, fields = _status(self.finish)
+        usage = usage_object(self.usage) if self.usage is not None else None
+        response = self._response(status, [i.whole() for i in self.items.values()], **{**fields, "usage": usage})
+        self.event(_TERMINAL[status], response=response)
+        return None, (), _encode(response)
+
+    def error_event(self, entry: ThrowEntry, status: int, body: bytes) -> bytes:
+        # The fields both at the top (the API reference) and nested under `error` (what OpenAI sends,
+        # and what makes the SDK raise mid-stream).
+        error = {"type": error_type(status), "code": entry.code, "message": entry.message, "param": None}
+        return self._frame("error", code=entry.code, message=entry.message, param=None, error=error)
+
+    @staticmethod
+    def throw_body(message: str, code: str, status: int) -> bytes:
+        return error_body(message, code, status)
+
+    @staticmethod
+    def context_window_body(message: str | None) -> bytes:
+        return error_body(message or "context window exceeded", "context_length_exceeded", 400)
+
+    def event(self, kind: str, **fields: Any) -> None:
+        self.frames.append(self._frame(kind, **fields))
+
+    def _frame(self, kind: str, **fields: Any) -> bytes:
+        """The next event in sequence."""
+        frame = named_event(kind, _encode({"type": kind, "sequence_number": self._sequence, **fields}))
+        self._sequence += 1
+        return frame
+
+    def _response(self, status: str, output: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
+        envelope = self.envelope
+        return {"id": envelope.reply_id, "object": "response", "created_at": envelope.created, "status": status,
+                "error": None, "incomplete_details": None, "model": envelope.model, "output": output,
+                "parallel_tool_calls": True, "tool_choice": "auto", "tools": [], "usage": None, **fields}
 
     def _item(self, index: int, kind: str, position: int) -> _Item:
         item = self.items.get(index)
@@ -349,7 +248,7 @@ class _Stream:
             return item
         # OpenAI closes an item before adding the next: close those with no deltas left.
         for other in self.items.values():
-            if not other.done and self._last_delta.get(other.index, -1) < position:
+            if not other.done and self.last_delta.get(other.index, -1) < position:
                 self._close(other)
         output_index = len(self.items)
         item_id = f"{_ITEM_PREFIX[kind]}_{self._item_suffix}_{output_index}"
@@ -397,17 +296,6 @@ class _Stream:
         else:
             self.event("response.function_call_arguments.done", **where, arguments=text)
         self.event("response.output_item.done", output_index=item.output_index, item=item.whole())
-
-    def end(self) -> dict[str, Any]:
-        """Close every open item, then the terminal event; returns the final Response (the non-stream body)."""
-        for item in self.items.values():
-            if not item.done:
-                self._close(item)
-        status, fields = _status(self.finish)
-        usage = usage_object(self.usage) if self.usage is not None else None
-        response = self._response(status, [i.whole() for i in self.items.values()], **{**fields, "usage": usage})
-        self.event(_TERMINAL[status], response=response)
-        return response
 
 
 def _whole_text(block: Block) -> str:
