@@ -23,6 +23,7 @@ import json
 import os
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from types import TracebackType
@@ -58,10 +59,13 @@ class AdminError(MockllmError):
         super().__init__(f"{status} {code}: {message}")
 
 
-def _load(path: PathLike | None) -> Suite:
-    """The suite to serve; refuses one with nothing valid in it, since every run would be refused."""
-    suite = load_source(Path(path) if path is not None else None)
-    if not suite.scenarios:
+def _load(path: PathLike | None, options: ServeOptions) -> Suite:
+    """The suite to serve; refuses one with nothing valid in it, since every run would be refused,
+    unless the server records (a record mode or an upstream): a new or empty folder is where
+    recordings go."""
+    suite = load_source(Path(path) if path is not None else None, options)
+    records = options.record_mode != "none" or bool(options.upstream)
+    if not suite.scenarios and not (records and path is not None and not suite.broken):
         errors = "\n".join(f"{name}: {error}" for name, error in suite.broken.items())
         raise ServerStartError(f"{suite.path}: no valid scenario to serve:\n{errors}")
     return suite
@@ -88,6 +92,16 @@ def _run_body(scenario: str, cwd: PathLike | None, fields: dict[str, Any]) -> di
     if cwd is not None:
         body["cwd"] = os.fspath(cwd)
     return body
+
+
+def _ending(admin: str, discard: str | None) -> str:
+    """The DELETE address that ends a run, saying why its recording is not kept when it is not."""
+    return admin if discard is None else f"{admin}?{urllib.parse.urlencode({'discard': discard})}"
+
+
+def _raised(exc: BaseException | None) -> str | None:
+    """A run's block that raised keeps no recording: what it raised, as the reason."""
+    return None if exc is None else f"the block using the run raised {type(exc).__name__}: {exc}"[:300]
 
 
 def session_headers(session_id: str) -> dict[str, str]:
@@ -135,10 +149,13 @@ class RunHandle(_RunInfo):
             return self._final
         return RunReport.from_json(self._server.admin("GET", self._admin))
 
-    def end(self) -> RunReport:
-        """End the run (the server forgets it) and return its final report; again, the same report."""
+    def end(self, *, discard: str | None = None) -> RunReport:
+        """End the run (the server forgets it) and return its final report; again, the same report.
+
+        A run that records writes its recording now (its report's `recording` says what, or why
+        not), unless `discard` gives the reason not to (a test that failed)."""
         if self._final is None:
-            self._final = RunReport.from_json(self._server.admin("DELETE", self._admin))
+            self._final = RunReport.from_json(self._server.admin("DELETE", _ending(self._admin, discard)))
         return self._final
 
     def report_html(self) -> str:
@@ -158,8 +175,8 @@ class RunHandle(_RunInfo):
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.end()
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.end(discard=_raised(exc))
 
 
 class Server:
@@ -195,7 +212,7 @@ class Server:
     def start(self) -> Self:
         if self._thread is not None:
             raise MockllmError("this Server is already started")
-        self.suite = _load(self.path)
+        self.suite = _load(self.path, self.options)
         started: concurrent.futures.Future[str] = concurrent.futures.Future()
         self._thread = threading.Thread(target=asyncio.run, args=(self._main(self.suite, started),),
                                         name="mockllm-server", daemon=True)
@@ -283,10 +300,10 @@ class AsyncRunHandle(_RunInfo):
             return self._final
         return RunReport.from_json(await self._server.admin("GET", self._admin))
 
-    async def end(self) -> RunReport:
-        """End the run and return its final report; again, the same report."""
+    async def end(self, *, discard: str | None = None) -> RunReport:
+        """End the run and return its final report; again, the same report (see `Run.end`)."""
         if self._final is None:
-            self._final = RunReport.from_json(await self._server.admin("DELETE", self._admin))
+            self._final = RunReport.from_json(await self._server.admin("DELETE", _ending(self._admin, discard)))
         return self._final
 
     async def report_html(self) -> str:
@@ -304,8 +321,9 @@ class AsyncRunHandle(_RunInfo):
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.end()
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.end(discard=_raised(exc))
 
 
 class AsyncServer:
@@ -332,7 +350,7 @@ class AsyncServer:
     async def start(self) -> Self:
         if self._server is not None:
             raise MockllmError("this AsyncServer is already started")
-        self.suite = _load(self.path)
+        self.suite = _load(self.path, self.options)
         self._server = await _start(self.suite, self.options)
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=ADMIN_TIMEOUT))
         return self

@@ -38,9 +38,15 @@ def items(value: str | Iterable[str]) -> tuple[str, ...]:
 
 Bind = Literal["order", "content"]
 DivergencePolicy = Literal["fail", "warn"]
+# vcrpy's names (DESIGN.md §6): replay only; record what has no recording; replay and record what the
+# recording cannot serve; record everything anew.
+RecordMode = Literal["none", "once", "new_episodes", "rewrite"]
 
 PACES = ("burst", "recorded")
 BINDS = ("order", "content")
+RECORD_MODES = ("none", "once", "new_episodes", "rewrite")
+# `--upstream PROVIDER=URL`: the providers a live call can be sent to, named as users know them.
+PROVIDERS = ("openai", "anthropic", "gemini", "ollama")
 
 
 def parse_bool(value: str | bool) -> bool:
@@ -82,6 +88,27 @@ def check_divergence(value: Any) -> DivergencePolicy:
     if value not in ("fail", "warn"):
         raise ValueError(f"must be fail or warn, not {value!r}")
     return value  # type: ignore[no-any-return]
+
+
+def check_record_mode(value: Any) -> RecordMode:
+    if value not in RECORD_MODES:
+        raise ValueError(f"record_mode must be one of {', '.join(RECORD_MODES)}, not {value!r}")
+    return value  # type: ignore[no-any-return]
+
+
+def parse_upstream(text: str) -> tuple[str, str]:
+    """`URL` (the OpenAI-compatible base, `/v1` included: every provider not given its own) or
+    `PROVIDER=URL`: (provider, URL), provider "" for the default. A ValueError says what is expected."""
+    provider, sep, url = text.partition("=")
+    if not sep or "://" in provider:
+        provider, url = "", text
+    elif provider not in PROVIDERS:
+        raise ValueError(f"upstream {text!r}: unknown provider {provider!r}; expected URL or PROVIDER=URL with "
+                         f"PROVIDER one of {', '.join(PROVIDERS)}")
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"upstream {text!r}: expected an http:// or https:// URL, e.g. https://api.openai.com/v1 "
+                         "or anthropic=https://api.anthropic.com")
+    return provider, url.rstrip("/")
 
 
 def check_speed(value: Any) -> float:
@@ -156,6 +183,13 @@ class ServeOptions:
         (), 'a fault for the default runs, as JSON: {"call": N, "status": 429} or {"rate": R, "seed": S, "status": 500}'
         ' (fields: session, call, status, retry_after, cut_after, delay_ms, times; repeatable)',
         flag="--fault", metavar="JSON", repeat=True)
+    record_mode: RecordMode = _option(
+        "none", "none: replay only, never the network; once: record a run's scenario when it has no recording; "
+        "new_episodes: replay, and send what the recording cannot serve to the upstream, then rewrite the scenario; "
+        "rewrite: record every run anew", choices=RECORD_MODES)
+    upstream: tuple[str, ...] = _option(
+        (), "where record modes send live calls: the OpenAI-compatible base (/v1 included), or PROVIDER=URL for one "
+        f"provider ({', '.join(PROVIDERS)}) (repeatable)", metavar="URL|PROVIDER=URL", repeat=True)
     journal_limit: int = _option(1000, "calls kept in each run's journal (older ones are counted, not kept)",
                                  metavar="N", kind=int)
     log_level: str = _option("warning", "what the server logs; info logs one line per model call",
@@ -170,8 +204,11 @@ class ServeOptions:
         object.__setattr__(self, "speed", check_speed(self.speed))
         check_bind(self.bind)
         check_divergence(self.divergence)
-        for name in ("session_headers", "side_routes", "ignore_input"):
+        check_record_mode(self.record_mode)
+        for name in ("session_headers", "side_routes", "ignore_input", "upstream"):
             object.__setattr__(self, name, items(getattr(self, name)))
+        for upstream in self.upstream:
+            parse_upstream(upstream)  # raises ValueError naming the bad one
         for route in self.side_routes:
             parse_side_route(route)  # raises ValueError naming the bad one
         object.__setattr__(self, "faults", parse_faults(self.faults))  # JSON texts or objects; a bad one is named
@@ -255,7 +292,8 @@ def from_arguments(args: argparse.Namespace | Mapping[str, Any]) -> ServeOptions
 
 
 # The serve options a run may set for itself, as JSON fields of `POST /_mockllm/runs`.
-RUN_FIELDS = ("cwd", "pace", "speed", "strict", "ignore_input", "normalize", "bind", "divergence", "faults")
+RUN_FIELDS = ("cwd", "pace", "speed", "strict", "ignore_input", "normalize", "bind", "divergence", "faults",
+              "record_mode")
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,6 +309,7 @@ class RunSettings:
     bind: Bind = "content"
     divergence: DivergencePolicy = "fail"
     faults: tuple[Fault, ...] = ()
+    record_mode: RecordMode = "none"
     # What a comparison masks: the run's own patterns, then the built-in normalisations.
     masks: tuple[Mask, ...] = field(default=(), compare=False, repr=False)
 
@@ -311,6 +350,8 @@ def _run_field(name: str, value: Any) -> Any:
         return check_speed(value)
     if name == "divergence":
         return check_divergence(value)
+    if name == "record_mode":
+        return check_record_mode(value)
     if name in ("strict", "normalize"):
         if not isinstance(value, bool):
             raise ValueError(f"must be true or false, not {value!r}")

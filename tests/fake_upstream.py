@@ -27,6 +27,7 @@ class Answer:
     content_type: str = "text/event-stream"
     before: dict[int, asyncio.Event] = field(default_factory=dict)  # piece index -> wait for this first
     sent: dict[int, asyncio.Event] = field(default_factory=dict)  # piece index -> set once it is written
+    end: asyncio.Event | None = None  # set: the body's end (after the last piece) waits for it
 
 
 @dataclass
@@ -50,6 +51,8 @@ class FakeUpstream:
             await response.write(piece)
             if k in answer.sent:
                 answer.sent[k].set()
+        if answer.end is not None:
+            await answer.end.wait()
         await response.write_eof()
         return response
 

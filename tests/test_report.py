@@ -28,7 +28,8 @@ from mockllm.wire import DEFAULT
 from tests.logbuilder import fork_tree, text_call
 
 REPORT_KEYS = ["run", "scenario", "consumed", "failures", "failures_more", "sessions", "divergences",
-               "diverged_calls", "side_routes", "held", "pacing", "faults", "notices", "divergence"]
+               "diverged_calls", "side_routes", "held", "pacing", "faults", "notices", "divergence", "went_live",
+               "recording"]
 STATE_KEYS = [*REPORT_KEYS, "cwd", "settings", "holding", "bindings", "cursors", "journal", "journal_dropped"]
 
 

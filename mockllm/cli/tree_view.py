@@ -32,7 +32,7 @@ from mockllm.errors import NotAScenarioError, ScenarioError
 from mockllm.inspector.tree import draw_tree
 from mockllm.scenario.load import Scenario, Suite, load_suite
 from mockllm.scenario.side_routes import SideRouteSpec
-from mockllm.scenario.summary import SessionSummary, summarize
+from mockllm.scenario.summary import SessionSummary, age, summarize
 from mockllm.script.entries import Entry, HangEntry, ThrowEntry
 
 GIST_WORDS = 8
@@ -110,6 +110,10 @@ def describe_scenario(scenario: Scenario) -> list[str]:
     summary = summarize(scenario)
     total = sum(s.entries for s in summary.sessions)
     lines = [f"{summary.name}  ({counted(len(summary.sessions), 'session')}, {counted(total, 'entry', 'entries')})"]
+    if summary.recorded is not None:
+        recorded = summary.recorded
+        lines.append(f"  recorded {age(recorded)} ({recorded.get('at')}) by {recorded.get('by', 'mockllm')}, record "
+                     f"mode {recorded.get('mode', '?')}, from {recorded.get('upstream') or 'an unknown upstream'}")
     # Pad the columns that vary in width so a tree's sessions line up.
     file_width = max(len(s.file) for s in summary.sessions)
     for session, script in zip(summary.sessions, scenario.sessions, strict=True):

@@ -217,10 +217,13 @@ class SessionWriter:
     renamed) and the partial file removed, so every named log is still complete.
     """
 
-    def __init__(self, path: Path, header: SessionHeader, *, pack: bool = False) -> None:
+    def __init__(self, path: Path, header: SessionHeader, *, pack: bool = False, durable: bool = True) -> None:
+        """`durable=False`: batches are not fsync'd one by one, only the log when it is closed (a log
+        in a folder that is renamed into place once complete, where a crash leaves nothing to salvage)."""
         self.path = path
         self.partial = partial_path(path)
         self.pack = pack
+        self.durable = durable
         self.events_written = 0  # logical events so far: the next event's seq, when seq is contiguous
         if path.exists():
             raise AlreadyRecorded(f"{path}: a session log is already recorded there; record into a new folder")
@@ -251,6 +254,8 @@ class SessionWriter:
             raise WriterClosed(f"{self.partial}: the recording was abandoned and may be torn; see recover()")
         if self._file.closed:
             return self.path
+        if not self.durable:
+            os.fsync(self._file.fileno())
         self._file.close()
         target = path or self.path
         line = encode_header(header) if header is not None else self._header
@@ -284,7 +289,8 @@ class SessionWriter:
         try:
             self._file.write(data)
             self._file.flush()
-            os.fsync(self._file.fileno())
+            if self.durable:
+                os.fsync(self._file.fileno())
         except BaseException:
             # Part of the batch may be in the file (a full disk, an interrupt): it must not be named.
             self.abandon()

@@ -62,6 +62,14 @@ def observe(messages: list[Message], started: int, *, arrival: int = 0, offers_t
     """A call about to be made with `messages` (the whole conversation, or only its messages after
     the last assistant message, `Request.tail`: either gives the same): its new inputs and whether
     it starts a turn."""
+    call = ObservedCall([], False, started, arrival=arrival, offers_tools=offers_tools, system=system)
+    read_inputs(call, messages)
+    return call
+
+
+def read_inputs(call: ObservedCall, messages: list[Message]) -> None:
+    """Set what `call`'s request brought (see `observe`): read when the request arrives, or, where
+    nothing needs it before the call is recorded, then."""
     tail = messages_after_last_assistant(messages)
-    return ObservedCall(live_inputs(tail), bool(tail) and tail[-1].role == "user", started, arrival=arrival,
-                        offers_tools=offers_tools, system=system)
+    call.inputs = live_inputs(tail)
+    call.starts_turn = bool(tail) and tail[-1].role == "user"

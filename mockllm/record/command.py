@@ -11,7 +11,6 @@ closed (its `.partial` renamed) and the sidecar written, so an interrupted recor
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ import aiohttp
 from aiohttp import web
 
 from mockllm.errors import RecordError
-from mockllm.hosting.listen import CannotListen, RunningServer, listen, serve_until_signalled
+from mockllm.hosting.listen import CannotListen, RunningServer, listen, run_main, serve_until_signalled
 from mockllm.options import items, session_header_names
 from mockllm.record.proxy import Recorder, create_app
 from mockllm.record.redact import Redactor
@@ -49,16 +48,18 @@ class RecordOptions:
 class RunningRecorder(RunningServer):
     """A started proxy; `base_url` is `http://host:port` (clients use `base_url + "/v1"`)."""
 
-    def __init__(self, runner: web.AppRunner, client: aiohttp.ClientSession, tree: SessionTree,
+    def __init__(self, runner: web.AppRunner, client: aiohttp.ClientSession, recorder: Recorder,
                  host: str, port: int) -> None:
         super().__init__(runner, host, port)
         self.client = client
-        self.tree = tree
+        self.recorder = recorder
+        self.tree = recorder.tree
 
     async def close(self) -> None:
         """Stop serving (calls in flight end as the client leaving would), then finish the tree."""
         try:
             await super().close()
+            await self.recorder.forwarder.settled()  # calls that ended are recorded before the tree closes
             await self.client.close()
         finally:
             self.tree.close()
@@ -73,21 +74,21 @@ async def start_recorder(options: RecordOptions) -> RunningRecorder:
     # No read timeout: an answer may stream (or be held) for as long as the upstream takes.
     client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
                                    auto_decompress=True)
-    recorder = Recorder(tree, options.upstream, client, session_header_names(options.session_headers))
+    recorder = Recorder.into(tree, options.upstream, client, session_header_names(options.session_headers))
     try:
         runner, port = await listen(create_app(recorder), options.host, options.port)
     except BaseException:
         await client.close()
         tree.close()
         raise
-    return RunningRecorder(runner, client, tree, options.host, port)
+    return RunningRecorder(runner, client, recorder, options.host, port)
 
 
 def record_forever(options: RecordOptions) -> int:
     """`mockllm record`: proxy until SIGINT/SIGTERM, then finish the tree."""
     logging.basicConfig(level=options.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        asyncio.run(_record(options))
+        run_main(_record(options))
     except CannotListen as exc:
         print(f"mockllm record: {exc}", file=sys.stderr)
         return 1

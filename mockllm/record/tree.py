@@ -95,11 +95,13 @@ class Failed:
 
 class SessionTree:
     def __init__(self, out: Path, *, pack: bool = False, redactor: Redactor | None = None,
-                 side_routes: tuple[str, ...] = (), cwd: bool = False) -> None:
+                 side_routes: tuple[str, ...] = (), cwd: bool = False, durable: bool = True) -> None:
         """`side_routes`: the models recorded as side routes; `cwd`: the redactor writes `{{cwd}}` for
-        the agent's folder, so headers say `"cwd": "{{cwd}}"` as dsh's do."""
+        the agent's folder, so headers say `"cwd": "{{cwd}}"` as dsh's do; `durable=False`: calls are
+        not fsync'd one by one (a tree renamed into place when complete: see SessionWriter)."""
         self.out = out
         self.pack = pack
+        self.durable = durable
         self.redactor = redactor or Redactor()
         self.cwd = CWD if cwd else None
         # By recorded id: in creation order while recording, in file order once finished.
@@ -289,7 +291,7 @@ class SessionTree:
         return session
 
     def _open_writer(self, session: RecordedSession, path: Path, header: SessionHeader) -> None:
-        session.writer = SessionWriter(path, header, pack=self.pack)
+        session.writer = SessionWriter(path, header, pack=self.pack, durable=self.durable)
 
     def _patch(self, session: RecordedSession, entry: Entry) -> None:
         # The call just recorded is the one the patch replaces. Only the provisional primary's sidecar

@@ -36,6 +36,7 @@ class Binding:
     # The call whose stream the client left before its end, and a digest of that request's body:
     # a retry of it gets the same entry again (replay/run.py, the retry rule).
     incomplete: tuple[int, bytes] | None = None
+    live: bool = False  # under new_episodes, it left the recording: the rest of its script is not wanted
 
 
 class Bindings:
@@ -120,9 +121,9 @@ class Bindings:
 
     @property
     def drained(self) -> bool:
-        """Every script with entries was bound and served in full."""
+        """Every script with entries was bound and served in full (or left for the upstream)."""
         return all(
-            (b := self._by_script.get(i)) is not None and b.cursor >= len(s.entries)
+            (b := self._by_script.get(i)) is not None and (b.cursor >= len(s.entries) or b.live)
             for i, s in enumerate(self.scenario.sessions)
             if s.entries
         )

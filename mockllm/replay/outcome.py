@@ -8,6 +8,8 @@
   is set when it then holds the connection (a hang, an aborted finish) until the client leaves;
   `cut_after` when a fault drops the connection after that many events.
 - `Hold`: a non-streaming request for a hang: nothing to send, held until the server shuts down.
+- `Live`: a record mode sends the call to the upstream (a run that records from scratch, or under
+  `new_episodes` a call the recording cannot serve); the server forwards it with record mode's code.
 
 Every outcome carries the call's journal record, which the writer stamps when the answer is out.
 `delay` (seconds, a fault's `delay_ms`) is waited before the first byte.
@@ -21,6 +23,7 @@ from typing import Any
 
 from mockllm.replay.journal import CallRecord
 from mockllm.replay.pacing import Schedule
+from mockllm.scenario.load import SessionScript
 from mockllm.wire.reply import Reply
 
 # A held call, as the run's report lists it: live session, file, call, and its ready file if any.
@@ -66,4 +69,15 @@ class Hold:
     held: HeldInfo
 
 
-Outcome = Refusal | Whole | Stream | Hold
+@dataclass(frozen=True, slots=True)
+class Live:
+    record: CallRecord
+    # The live session the call belongs to, when the run routed it (new_episodes); None when the
+    # run records from scratch (the recording routes its calls as `mockllm record` does).
+    live_id: str | None = None
+    session: SessionScript | None = None  # the recorded session it continues; None: one the recording lacks
+    served: int = 0  # the recorded calls that session was served before it went live
+    named: bool = False  # its live id came in a session header (else conversation routing made it up)
+
+
+Outcome = Refusal | Whole | Stream | Hold | Live

@@ -98,6 +98,28 @@ class Notice(msgspec.Struct, frozen=True):
     message: str
 
 
+class WentLive(msgspec.Struct, frozen=True):
+    """Under new_episodes, a session that left the recording: from `call` (0-based) on, its calls went
+    to the upstream; `code` says why (request_diverged, script_exhausted, unrecorded_session)."""
+
+    session: str | None  # the recorded session file; None for a session the recording does not have
+    live_id: str
+    call: int
+    code: str
+    why: str
+
+
+class RecordingReport(msgspec.Struct, frozen=True):
+    """What a run in a record mode recorded when it ended: where, or why nothing was written."""
+
+    mode: str
+    written: bool
+    scenario: str
+    folder: str
+    message: str
+    live_calls: int = 0
+
+
 class PacingNote(msgspec.Struct, frozen=True):
     """How pacing served a call it could not pace as asked (mockllm.replay.pacing)."""
 
@@ -127,6 +149,8 @@ class RunReport(msgspec.Struct, frozen=True):
     notices: list[Notice] = []
     # Whether a divergence is a problem of the run ("fail", the default) or only reported ("warn").
     divergence: str = "fail"
+    went_live: list[WentLive] = []  # new_episodes: the sessions that left the recording, and why
+    recording: RecordingReport | None = None  # a record mode's recording, once the run has ended
     # The server's whole answer, as the Python API received it: while a run is live it also holds
     # bindings, cursors and the journal. Unset (never encoded) in a report the server builds.
     state: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
@@ -172,6 +196,11 @@ class RunReport(msgspec.Struct, frozen=True):
         if self.faults:
             lines.append(f"  faults served as asked: {len(self.faults)}")
             lines += [f"    {f.file} call {f.call + 1}: {f.fault}" for f in self.faults]
+        if self.went_live:
+            lines.append("  went live (new_episodes: the upstream answered these sessions from then on):")
+            lines += [f"    {_went_live_line(w)}" for w in self.went_live]
+        if self.recording is not None:
+            lines.append(f"  recording ({self.recording.mode}): {self.recording.message}")
         if self.notices:  # worth knowing, fails nothing
             lines.append("  notes:")
             lines += [f"    {n.session} (live id {n.live_id}) call {n.call + 1}: {n.message}" for n in self.notices]
@@ -245,6 +274,7 @@ def build_report(run: Run) -> RunReport:
         faults=list(run.faults_served),
         notices=list(run.notices),
         divergence=run.settings.divergence,
+        went_live=list(run.went_live.values()),
     )
 
 
@@ -271,9 +301,10 @@ def _sessions(run: Run) -> list[SessionReport]:
         binding = run.bound(number)
         # A cursor runs past the end when a session asks for more than was recorded.
         served = min(binding.cursor, len(session.entries)) if binding else 0
+        # A session that went live (new_episodes) wants none of its script's rest: nothing remains.
+        remaining = 0 if binding is not None and binding.live else len(session.entries) - served
         out.append(SessionReport(session.id, session.file, session.kind, binding.live_id if binding else None,
-                                 served, len(session.entries), len(session.entries) - served,
-                                 binding.retries if binding else 0))
+                                 served, len(session.entries), remaining, binding.retries if binding else 0))
     return out
 
 
@@ -309,6 +340,11 @@ def _divergence_line(d: DivergenceReport) -> str:
     diff = f" ({d.diff})" if d.diff else ""
     return f"session {d.session} (live id {d.live_id}) call {d.call + 1}, {d.what}: expected {d.expected!r}, " \
            f"got {d.got!r}{diff}"
+
+
+def _went_live_line(w: WentLive) -> str:
+    where = f"session {w.session}" if w.session else "a session the recording does not have"
+    return f"{where} (live id {w.live_id}) from call {w.call + 1}: {w.code}: {w.why}"
 
 
 def _session_line(s: SessionReport) -> str:

@@ -7,6 +7,9 @@ the reply, its pacing schedule and whether it holds, and the faults asked for. I
 `Outcome` for the server to write. A session's cursor advances when its request arrives, so a
 session's call order (not stream timing) fixes which entry it gets.
 
+Record modes: a run that records from scratch (`recording`) answers every call `Live`; under
+`new_episodes` a call the recording cannot serve is `Live`, and so is its session's next (`episodes`).
+
 Retries stay in step: a request that repeats a call whose answer did not reach the client whole
 (a status or cut fault answered it, or the client left mid-stream), in the same session, gets
 that call's entry again and moves no cursor. After a fault the cursor never moved, so the next
@@ -17,7 +20,6 @@ reached the client whole: the retry after it takes the next entry, as it did whe
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
@@ -32,12 +34,14 @@ from mockllm.replay.binding import Binding, Bindings
 from mockllm.replay.catalog import Catalog
 from mockllm.replay.conversations import ConversationIndex
 from mockllm.replay.divergence import Divergence, diverged
+from mockllm.replay.episodes import LiveSessions
 from mockllm.replay.faults import Fault, FaultError, FaultPlan
 from mockllm.replay.journal import CallRecord, Failures, Journal, RawHeaders
-from mockllm.replay.outcome import HeldInfo, Hold, Outcome, Refusal, Stream, Whole
+from mockllm.replay.outcome import HeldInfo, Hold, Live, Outcome, Refusal, Stream, Whole
 from mockllm.replay.pacing import plan_pacing, untimed_reason
-from mockllm.replay.report import FaultServed, Notice, PacingNote
+from mockllm.replay.report import FaultServed, Notice, PacingNote, WentLive
 from mockllm.replay.retries import digest, fault_headers, retry_count
+from mockllm.replay.review import schedule_review
 from mockllm.replay.routing import calling_session
 from mockllm.scenario.load import Scenario, SessionScript
 from mockllm.script.entries import HangEntry
@@ -47,10 +51,6 @@ from mockllm.wire.request import Request
 log = logging.getLogger("mockllm")
 
 ANONYMOUS = "anonymous"
-# How long answered requests wait to be compared with the recording: long enough to batch them
-# behind the answers of a burst, short enough that a journal read soon after shows them (a
-# report drains the queue anyway).
-REVIEW_DELAY = 0.005
 
 
 class Assignment(NamedTuple):
@@ -89,6 +89,9 @@ class Run:
     faults_served: list[FaultServed] = field(default_factory=list)  # each fault as it was served
     # What is worth knowing but fails nothing: bound by arrival, framework-made ids matched by position.
     notices: list[Notice] = field(default_factory=list)
+    recording: bool = False  # records from scratch: every call goes to the upstream (once, rewrite)
+    episodes: bool = False  # new_episodes: what the recording cannot serve goes to the upstream
+    went_live: LiveSessions = field(init=False)
     _framework_noted: set[int] = field(default_factory=set)
     _bindings: Bindings = field(init=False)
     _faults: FaultPlan = field(init=False)
@@ -98,6 +101,7 @@ class Run:
     def __post_init__(self) -> None:
         self.side_calls = [0] * len(self.scenario.side_routes)
         self._bindings = Bindings(self.scenario)
+        self.went_live = LiveSessions(self.scenario, self._bindings)
         self._faults = FaultPlan(self.settings.faults, [(s.id, s.file) for s in self.scenario.sessions])
         if self.catalog is None:
             self.catalog = Catalog(self.scenario)
@@ -125,19 +129,28 @@ class Run:
     def answer(self, header_id: str | None, request: Request, dialect: Dialect, raw_headers: RawHeaders,
                body: bytes) -> Outcome:
         """What this call gets. `header_id` is the session header's value, if the request sent one."""
+        if self.recording:  # the recording routes it (as `mockllm record` does): no replay state to keep
+            record = self.journal.record(dialect.name, header_id or "live", request.stream, raw_headers, body)
+            record.kind = "live"
+            return Live(record)
         # A side route's model (a title model, warm-ups) never reaches session routing.
         side = self.scenario.side_models.get(request.model) if request.model is not None else None
         live_id = self.live_session(header_id, request, dialect) if side is None else f"side route {request.model}"
         record = self.journal.record(dialect.name, live_id, request.stream, raw_headers, body)
         assert self.catalog is not None
+        assigned: Assignment | None = None
         try:
             if side is None:
-                assigned = self.take(live_id, request, raw_headers, body)
+                taken = self.take(live_id, request, raw_headers, body)
+                if isinstance(taken, WentLive):
+                    named = live_id != ANONYMOUS and not self._conversations.owns(live_id)
+                    return self.went_live.outcome(record, taken, named)
+                assigned = taken
                 if assigned.divergence is not None:
                     record.diverged = assigned.divergence.what
                 # Not needed to answer: compared a little later, in a batch, off the client's wait.
                 if not self.checks_first and self._review_later(assigned, request, record):
-                    _schedule_review(self)
+                    schedule_review(self)
                 script, index, file = assigned.script, assigned.call, assigned.session.file
             else:
                 index = self.take_side(side)
@@ -151,8 +164,8 @@ class Run:
             return Refusal(record, failure.status, failure.code, failure.message)
         entry = self.catalog.entry(script, index)
         record.script, record.call, record.kind = file, index, type(entry).__name__
-        fault = assigned.fault if side is None else None
-        if side is None and assigned.retry:
+        fault = assigned.fault if assigned is not None else None
+        if assigned is not None and assigned.retry:
             record.retry = True
         if fault is not None:
             record.fault = fault.describe()
@@ -217,19 +230,24 @@ class Run:
         """Whether a request must be compared before it is answered: under strict (a diverged call is
         refused). Otherwise the comparison only reports, and `review_pending` runs it once the answer
         is on its way, off the client's wait (content binding compares a session's first request
-        with the scripts' first inputs when it binds, which is all it needs)."""
-        return self.settings.strict
+        with the scripts' first inputs when it binds, which is all it needs). Under new_episodes too:
+        a diverged call goes to the upstream instead."""
+        return self.settings.strict or self.episodes
 
     def take(self, live_id: str, request: Request | None = None, raw_headers: RawHeaders = (),
-             body: bytes | None = None) -> Assignment:
+             body: bytes | None = None) -> Assignment | WentLive:
         """Bind if new, compare the request with the recording (when `checks_first`; else `answer`
         queues it for later), then hand out the session's next entry and advance its cursor.
 
         A divergence is noted (the first per session goes into the report); under `strict` the
         request is refused with 409 `request_diverged` and changes nothing: no binding, no cursor.
         A retry of a call the client did not get whole gets that call's entry again; a status or
-        cut fault keeps the cursor where it was.
+        cut fault keeps the cursor where it was. Under new_episodes a call the recording cannot
+        serve returns WentLive instead of failing.
         """
+        went = self.went_live.get(live_id)
+        if went is not None:  # the session left the recording: the upstream answers it from now on
+            return went
         binding = self._bindings.get(live_id)
         if binding is not None and binding.incomplete is not None:
             call, left = binding.incomplete
@@ -241,11 +259,12 @@ class Run:
         if binding is None:
             script, by_arrival = self._bindings.choose(live_id, request, self.settings)
             if script is None:
-                raise self.fail(ReplayFailure(404, "unrecorded_session", advice.unrecorded(
-                    self.id, self.scenario, self._bindings, live_id, request, self._conversations,
-                    self.default and self.consumed, {b.live_id: self.scenario.sessions[b.script].file
-                                                     for b in self._bindings}),
-                                              live_id, 0))
+                why = advice.unrecorded(self.id, self.scenario, self._bindings, live_id, request, self._conversations,
+                                        self.default and self.consumed,
+                                        {b.live_id: self.scenario.sessions[b.script].file for b in self._bindings})
+                if self.episodes:
+                    return self.went_live.go(live_id, None, 0, "unrecorded_session", why)
+                raise self.fail(ReplayFailure(404, "unrecorded_session", why, live_id, 0))
             cursor = 0
             if by_arrival:
                 self.notices.append(Notice(
@@ -256,13 +275,17 @@ class Run:
             script, cursor = binding.script, binding.cursor
         session = self.scenario.sessions[script]
         if cursor >= len(session.entries):
+            message = advice.exhausted(self.id, self.scenario, session, live_id, cursor, self.default)
+            if self.episodes:
+                return self.went_live.go(live_id, script, cursor, "script_exhausted", message)
             binding = binding or self._bindings.bind(script, live_id)
             binding.cursor += 1  # later calls are counted too, so the report shows how far over it went
-            message = advice.exhausted(self.id, self.scenario, session, live_id, cursor, self.default)
             raise self.fail(ReplayFailure(410, "script_exhausted", message, live_id, cursor))
         divergence = None
         if request is not None and self.checks_first:
             divergence = self._diverged(script, cursor, live_id, request)
+        if divergence is not None and self.episodes:  # not a failure: the call is what new_episodes records
+            return self.went_live.go(live_id, script, cursor, "request_diverged", divergence.message(self.id))
         if divergence is not None:
             self._note(script, divergence)
             if self.settings.strict:
@@ -296,8 +319,6 @@ class Run:
         if side.repeat and side.entries:
             return len(side.entries) - 1
         raise self.fail(ReplayFailure(410, "script_exhausted", advice.side_exhausted(self.id, side, call), None, call))
-
-    # -- held calls ------------------------------------------------------------------------------
 
     @contextlib.contextmanager
     def holding_call(self, held: HeldInfo) -> Iterator[None]:
@@ -356,8 +377,6 @@ class Run:
             log.warning("run %s: %s call %d: %s", self.id, file, call + 1, why)
         self.pacing[key] = PacingNote(file, call, served, why)
 
-    # -- failures, in words that say what to do --------------------------------------------------
-
     def fail(self, failure: ReplayFailure) -> ReplayFailure:
         """Record a failure in the run's report, and return it (to raise or answer with)."""
         self.failures.add(failure)
@@ -378,22 +397,4 @@ class Run:
         """Every script with entries was bound and drained, and every side route served in full."""
         return self._bindings.drained and all(
             calls >= len(r.entries) for calls, r in zip(self.side_calls, self.scenario.side_routes, strict=True))
-
-
-def _schedule_review(run: Run) -> None:
-    """Compare `run`'s queued requests REVIEW_DELAY from now, on the running loop; with no loop (a
-    unit test), a report drains the queue when it is read."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return
-    loop.call_later(REVIEW_DELAY, _review, run)
-
-
-def _review(run: Run) -> None:
-    try:
-        run.review_pending()
-    except Exception:  # a comparison bug must not break the loop's callbacks
-        log.exception("comparing run %s's requests with the recording failed", run.id)
-
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 from mockllm.options import RunSettings, ServeOptions
@@ -38,18 +39,39 @@ class Runs:
         self._ended: OrderedDict[str, Run] = OrderedDict()
         self.listener: Listener | None = None
 
-    def create(self, scenario: str, overrides: Mapping[str, Any] | None = None) -> Run:
-        """A new run of `scenario`, with the server's settings and a run's JSON `overrides` over them
-        (`POST /_mockllm/runs` fields; a bad one is a ValueError naming it)."""
+    def settings(self, overrides: Mapping[str, Any] | None = None) -> RunSettings:
+        """The server's settings with a run's JSON `overrides` over them (`POST /_mockllm/runs` fields;
+        a bad one is a ValueError naming it)."""
+        return self._settings.with_json(overrides) if overrides else self._settings
+
+    def create(self, scenario: str, overrides: Mapping[str, Any] | None = None, *, episodes: bool = False) -> Run:
+        """A new run of `scenario`, with the server's settings and a run's JSON `overrides` over them;
+        `episodes`: under new_episodes, what the recording cannot serve goes to the upstream."""
         options = self._options
-        settings = self._settings.with_json(overrides) if overrides else self._settings
-        run = Run(f"run-{next(self._ids)}", self._scenarios[scenario], settings, options.headerless,
-                  journal=Journal(options.journal_limit), catalog=self.catalogs[scenario])
+        run = Run(f"run-{next(self._ids)}", self._scenarios[scenario], self.settings(overrides), options.headerless,
+                  journal=Journal(options.journal_limit), catalog=self.catalogs[scenario], episodes=episodes)
         if overrides and overrides.get("faults"):
             run.check_faults()  # a fault for a session this scenario lacks is the caller's mistake: say so
         self._runs[run.id] = run
         self._tell("created", run)
         return run
+
+    def create_recording(self, name: str, folder: Path, overrides: Mapping[str, Any] | None = None) -> Run:
+        """A new run that records scenario `name` (to be written at `folder`) from scratch: every call
+        goes to the upstream, nothing is replayed."""
+        scenario = Scenario(name, folder, [])
+        run = Run(f"run-{next(self._ids)}", scenario, self.settings(overrides), self._options.headerless,
+                  journal=Journal(self._options.journal_limit), catalog=Catalog(scenario), recording=True)
+        self._runs[run.id] = run
+        self._tell("created", run)
+        return run
+
+    def add_scenario(self, scenario: Scenario) -> None:
+        """A scenario recorded (or recorded anew) while serving: later runs replay it, and its default
+        run starts over on it."""
+        self._scenarios[scenario.name] = scenario
+        self.catalogs[scenario.name] = Catalog(scenario)
+        self._defaults.pop(scenario.name, None)
 
     def reset(self, run_id: str) -> Run | None:
         """Start a run over: a fresh run with the same id, scenario and settings, so its base URL
@@ -58,7 +80,7 @@ class Runs:
         if old is None:
             return None
         run = Run(old.id, old.scenario, old.settings, old.headerless, journal=Journal(self._options.journal_limit),
-                  catalog=old.catalog, default=old.default)
+                  catalog=old.catalog, default=old.default, recording=old.recording, episodes=old.episodes)
         self._runs[run_id] = run
         self._tell("reset", run)
         return run

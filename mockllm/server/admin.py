@@ -1,4 +1,9 @@
-"""The admin endpoints under `/_mockllm/`: health, scenarios, and creating, reading and ending runs."""
+"""The admin endpoints under `/_mockllm/`: health, scenarios, and creating, reading and ending runs.
+
+A run is created as its record mode has it (`live.LiveCalls.open_run`); ending a run that records
+writes its recording, unless `DELETE /_mockllm/runs/{run}?discard=REASON` says not to (the pytest
+plugin's word for a failed test), and its report says what was written, or why nothing was.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +14,11 @@ from aiohttp import web
 
 from mockllm.options import RUN_FIELDS
 from mockllm.replay.report import build_report, build_state
+from mockllm.replay.run import Run
 from mockllm.replay.runs import Runs
 from mockllm.scenario.load import Suite
 from mockllm.scenario.summary import summarize
+from mockllm.server.live import LiveCalls
 from mockllm.server.mock_errors import mock_error
 from mockllm.wire import DEFAULT
 from mockllm.wire.dialect import Dialect
@@ -51,10 +58,11 @@ def scenario_error(suite: Suite, name: str, dialect: Dialect = DEFAULT) -> web.R
 
 
 class Admin:
-    def __init__(self, suite: Suite, runs: Runs, max_body: int) -> None:
+    def __init__(self, suite: Suite, runs: Runs, max_body: int, live: LiveCalls) -> None:
         self.suite = suite
         self.runs = runs
         self.max_body = max_body
+        self.live = live
 
     async def health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "scenarios": len(self.suite.scenarios),
@@ -84,13 +92,12 @@ class Admin:
             return mock_error(400, "invalid_request", 'expected {"scenario": "NAME"} and optionally '
                               f"{', '.join(repr(f) for f in RUN_FIELDS)}")
         name = body["scenario"]
-        problem = scenario_error(self.suite, name)
-        if problem is not None:
-            return problem
         try:
-            run = self.runs.create(name, body)
+            run = self.live.open_run(name, body)
         except ValueError as exc:
             return mock_error(400, "invalid_request", str(exc))
+        if not isinstance(run, Run):
+            return run
         return web.json_response({"run": run.id, "base_url": base_url(request, f"/runs/{run.id}/v1")}, status=201)
 
     async def get_run(self, request: web.Request) -> web.Response:
@@ -103,7 +110,11 @@ class Admin:
         run = self.runs.end(request.match_info["run"])
         if run is None:
             return mock_error(404, "unknown_run", f"unknown run {request.match_info['run']!r}")
-        return _json(build_report(run))
+        recording = await self.live.end(run, request.query.get("discard"))
+        report = build_report(run)  # after the recording: its calls' failures are in the run by then
+        if recording is not None:
+            report = msgspec.structs.replace(report, recording=recording)
+        return _json(report)
 
 
 def _json(value: object) -> web.Response:

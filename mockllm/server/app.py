@@ -22,6 +22,7 @@ from aiohttp import web
 
 from mockllm.errors import RecordingError, RequestError
 from mockllm.options import ServeOptions
+from mockllm.replay.outcome import Live
 from mockllm.replay.routing import header_session
 from mockllm.replay.run import Run
 from mockllm.replay.runs import Runs
@@ -29,6 +30,7 @@ from mockllm.scenario.load import Suite
 from mockllm.server.admin import Admin, read_body, scenario_error
 from mockllm.server.events import Hub
 from mockllm.server.inspector import Inspector
+from mockllm.server.live import LiveCalls
 from mockllm.server.mock_errors import mock_error
 from mockllm.server.streaming import OutcomeWriter, Pacer
 from mockllm.wire import DEFAULT, DIALECTS
@@ -50,7 +52,8 @@ class MockServer:
             catalog.warm(DEFAULT)  # the dialect nearly every agent speaks: rendered before the first request
         self.session_headers = options.all_session_headers
         self.max_body = MAX_BODY  # the app's client_max_size too (create_app)
-        self.admin = Admin(suite, self.runs, self.max_body)
+        self.live = LiveCalls(suite, self.runs, options)
+        self.admin = Admin(suite, self.runs, self.max_body, self.live)
         self.writer = OutcomeWriter()
         self.hub = Hub()  # the inspector page's live events
         self.runs.listener = self.hub.run_changed
@@ -114,6 +117,10 @@ class MockServer:
         if hub.watched:  # an inspector page is open: the cursor just moved
             hub.touched(run.id)
         try:
+            if isinstance(outcome, Live):  # a record mode: the upstream answers
+                response = await self.live.call(request, run, dialect, call, body, outcome)
+                record.status = response.status
+                return response
             return await self.writer.write(request, run, dialect, outcome)
         finally:
             record.done()
@@ -173,14 +180,21 @@ class MockServer:
         self.writer.release()
         self.hub.close()
 
+    async def close_live(self, app: web.Application) -> None:
+        """On cleanup: recordings of runs never ended are not written; the upstream client closes."""
+        await self.live.close()
 
+
+# A scenario's name is its path in the suite: one level down, it holds a `/` (never before a `v1`,
+# which is the base's own: `/scenarios/s/v1/v1/messages` is a client adding /v1 twice).
+NAME = r"[^/]+(?:/(?!v1(?:/|$))[^/]+)??"  # lazy: `/scenarios/s/api/chat` is scenario s's Ollama route
 # Base roots: a dialect's routes are under each (OpenAI's and Anthropic's under its `/v1`).
-ROOTS = ("/scenarios/{name}", "/runs/{run}", "")
+ROOTS = (f"/scenarios/{{name:{NAME}}}", "/runs/{run}", "")
 BASES = tuple(root + "/v1" for root in ROOTS)
 COUNT_TOKENS = "/messages/count_tokens"  # beside Anthropic's model route, under every base
 ANTHROPIC = next(d for d in DIALECTS if d.name == "anthropic")
-_UNDER_BASE = re.compile(r"^(/scenarios/[^/]+/v1|/runs/[^/]+/v1|/v1)(/.*)?$")
-_UNDER_ROOT = re.compile(r"^(/scenarios/[^/]+|/runs/[^/]+)?(/.*)$")
+_UNDER_BASE = re.compile(rf"^(/scenarios/{NAME}/v1|/runs/[^/]+/v1|/v1)(/.*)?$")
+_UNDER_ROOT = re.compile(rf"^(/scenarios/{NAME}|/runs/[^/]+)?(/.*)$")
 
 
 def _is_websocket(request: web.Request) -> bool:
@@ -267,6 +281,7 @@ def create_app(suite: Suite, options: ServeOptions | None = None) -> web.Applica
     app = web.Application(client_max_size=server.max_body)
     app[SERVER_KEY] = server
     app.on_shutdown.append(server.release_held)
+    app.on_cleanup.append(server.close_live)
     for root in ROOTS:
         for dialect in DIALECTS:
             for route in dialect.routes:

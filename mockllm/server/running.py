@@ -6,20 +6,18 @@ the Python API and the pytest plugin agree on it.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import gc
 import importlib.resources
 import logging
 import sys
-from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 from mockllm.errors import MockllmError
-from mockllm.hosting.listen import CannotListen, listen, serve_until_signalled
+from mockllm.hosting.listen import CannotListen, listen, run_main, serve_until_signalled
 from mockllm.hosting.listen import RunningServer as RunningServer  # the Python API and tests take it from here
-from mockllm.options import ServeOptions
+from mockllm.options import ServeOptions, parse_upstream
+from mockllm.record.recording import host_of
 from mockllm.scenario import dshenv
 from mockllm.scenario.load import Suite, load_suite
 from mockllm.server.app import create_app
@@ -59,10 +57,13 @@ def load_source(path: Path | None = None, options: ServeOptions | None = None) -
     """
     side_routes = options.side_route_specs if options is not None else []
     if path is not None:
-        return load_suite(path, side_routes=side_routes)
-    if dshenv.requested():
-        return dshenv.load_dsh_env(side_routes=side_routes)
-    return load_suite(bundled_recordings(), side_routes=side_routes)
+        # A server that records may start on a new or empty folder: it is where recordings go.
+        records = options is not None and (options.record_mode != "none" or bool(options.upstream))
+        return load_suite(path, side_routes=side_routes, allow_empty=records)
+    suite = dshenv.load_dsh_env(side_routes=side_routes) if dshenv.requested() else load_suite(
+        bundled_recordings(), side_routes=side_routes)
+    suite.recordable = False  # mockllm's own files, or dsh's: never written by a record mode
+    return suite
 
 
 def serve_forever(path: Path | None, options: ServeOptions) -> int:
@@ -77,13 +78,8 @@ def serve_forever(path: Path | None, options: ServeOptions) -> int:
         print(f"mockllm: scenario {name} is broken and will not be served:\n{error}", file=sys.stderr)
     for name in suite.skipped:
         print(f"mockllm: skipped {suite.path / name}: not a scenario", file=sys.stderr)
-    run: Callable[[Coroutine[Any, Any, None]], None] = asyncio.run
-    with contextlib.suppress(ImportError):
-        import uvloop
-
-        run = uvloop.run  # not an event loop policy: asyncio deprecates those from Python 3.14
     try:
-        run(_serve(suite, options))
+        run_main(_serve(suite, options))
     except CannotListen as exc:
         print(f"mockllm: {exc}", file=sys.stderr)
         return 1
@@ -106,6 +102,9 @@ async def _serve(suite: Suite, options: ServeOptions) -> None:
         banner.append(f"  {server.base_url}/v1")
     banner += [f"  {server.base_url}/scenarios/{name}/v1" for name in names]
     banner.append(f"  runs: POST {server.base_url}/_mockllm/runs {{\"scenario\": NAME}}")
+    if options.upstream:
+        hosts = ", ".join(host_of(parse_upstream(u)[1]) for u in options.upstream)
+        banner.append(f"  record mode {options.record_mode} (per run: \"record_mode\"); live calls go to {hosts}")
     try:
         await serve_until_signalled(server, banner)
     finally:

@@ -129,6 +129,14 @@ class StreamDecoder(ABC):
     # The upstream's id of the answer being decoded, once seen, where a later request may continue
     # it by id (OpenAI Responses' previous_response_id): a recorder routes such a request by it.
     reply_id: str | None = None
+    # The stream has said it is over (its closing event: chat's `[DONE]`, Anthropic's `message_stop`,
+    # Responses' `response.completed`, or an error event): a client that leaves after this has the
+    # whole answer, and a recorder must not take its leaving for a cancelled call.
+    ended: bool = False
+    # Its answers can be continued by id (`reply_id`, OpenAI Responses): a recorder needs the id the
+    # moment the answer is over, before the request that continues it arrives, so it decodes such a
+    # stream as it forwards it; any other stream it decodes once the answer is over.
+    chains: bool = False
 
     @abstractmethod
     def feed(self, event: str | None, data: bytes) -> list[StreamChunk]:

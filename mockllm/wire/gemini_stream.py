@@ -82,6 +82,7 @@ class GeminiStreamDecoder(StreamDecoder):
                 out.extend(self._part(part))
         if isinstance(candidate.get("finishReason"), str):
             self._reason = candidate["finishReason"]
+            self.ended = True  # its last chunk says why it finished: no closing event follows
         return out
 
     def _part(self, part: dict[str, Any]) -> list[StreamChunk]:

@@ -56,6 +56,7 @@ class OllamaStreamDecoder(StreamDecoder):
         if error:
             said = error if isinstance(error, str) else _encode(error).decode()
             self._finish = FinishReason("error", failure=Failure(message=said, code="SERVER"))
+            self.ended = True
             return out
         message = payload.get("message") or {}
         if isinstance(message, dict):
@@ -67,6 +68,7 @@ class OllamaStreamDecoder(StreamDecoder):
             for call in message.get("tool_calls") or ():
                 out.extend(self._tool_call(call))
         if payload.get("done"):
+            self.ended = True  # the last line: a client that leaves now has the whole answer
             self._usage = usage_from_wire(payload)
             self._finish = finish_from_wire(payload.get("done_reason") or "stop", self._called)
         return out
