@@ -1,9 +1,8 @@
 """The Python API: a mockllm server inside a test suite or a tool.
 
-`Server` runs one in a background thread for synchronous code; `AsyncServer` runs one on the
-caller's running loop. Both listen on a free 127.0.0.1 port unless told otherwise, take the
-serve options (`mockllm.options.ServeOptions`) as keywords, and hand out runs: independent
-replays of one scenario. A run talks to its server over the admin HTTP API only (DESIGN.md §3),
+`Server` runs one in a background thread; `AsyncServer` on the caller's running loop. Both listen
+on a free 127.0.0.1 port unless told otherwise, take the serve options (`ServeOptions`) as
+keywords, and hand out runs: independent replays of one scenario. A run talks to its server over the admin HTTP API only (DESIGN.md §3),
 never through the server's objects, which live on another thread or loop.
 
     with mockllm.Server("recordings") as srv:
