@@ -98,8 +98,7 @@ def _ending(admin: str, discard: str | None) -> str:
     return admin if discard is None else f"{admin}?{urllib.parse.urlencode({'discard': discard})}"
 
 
-def _raised(exc: BaseException | None) -> str | None:
-    """A run's block that raised keeps no recording: what it raised, as the reason."""
+def _raised(exc: BaseException | None) -> str | None:  # a block that raised keeps no recording: why
     return None if exc is None else f"the block using the run raised {type(exc).__name__}: {exc}"[:300]
 
 
