@@ -45,7 +45,7 @@ def bundled_recordings() -> Path:
     shipped = importlib.resources.files("mockllm") / "recordings"
     if isinstance(shipped, Path) and shipped.is_dir():
         return shipped
-    return Path(__file__).resolve().parent.parent / "recordings"
+    return Path(__file__).resolve().parents[2] / "recordings"  # mockllm/server/running.py -> the project
 
 
 def load_source(path: Path | None = None, options: ServeOptions | None = None) -> Suite:
