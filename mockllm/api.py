@@ -2,8 +2,8 @@
 
 `Server` runs one in a background thread; `AsyncServer` on the caller's running loop. Both listen
 on a free 127.0.0.1 port unless told otherwise, take the serve options (`ServeOptions`) as
-keywords, and hand out runs: independent replays of one scenario. A run talks to its server over the admin HTTP API only (DESIGN.md §3),
-never through the server's objects, which live on another thread or loop.
+keywords, and hand out runs: independent replays of one scenario. A run talks to its server over
+the admin HTTP API only (DESIGN.md §3), never through the server's objects (another thread or loop).
 
     with mockllm.Server("recordings") as srv:
         with srv.run("tool-loop") as run:
