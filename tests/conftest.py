@@ -18,6 +18,16 @@ from mockllm.server.running import RunningServer, load_source, start_server
 StartServer = Callable[..., Awaitable[RunningServer]]
 
 
+@pytest.fixture(autouse=True)
+def _not_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The suite runs on pytest-xdist workers; the pytest sessions a test starts itself (pytester,
+    `python -m pytest` in a subprocess) are not workers. They would read xdist's variables from the
+    environment and act as one (pytest-benchmark, where installed, then warns, and warnings are
+    errors here)."""
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture
 async def serve() -> AsyncIterator[StartServer]:
     """`await serve(path, **options)` starts a server on 127.0.0.1; all are stopped after the test."""

@@ -158,8 +158,10 @@ def test_installed_package_is_the_wheel_not_a_checkout(installed: Installed) -> 
 def test_suite_runs_without_the_project_folder_on_sys_path(tmp_path: Path) -> None:
     """`pytest` (unlike `python -m pytest`) does not put the current folder on sys.path; collecting
     from another folder must still import every test module and its helpers."""
-    result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                             str(ROOT / "tests")], cwd=tmp_path, env=clean_env(), capture_output=True, text=True)
+    # -n 0: collecting needs no workers (the project's addopts start one per core).
+    result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-p",
+                             "no:cacheprovider", str(ROOT / "tests")], cwd=tmp_path, env=clean_env(),
+                            capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "error" not in result.stdout.lower().splitlines()[-1]
 
