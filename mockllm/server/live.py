@@ -24,8 +24,9 @@ from aiohttp import web
 
 from mockllm.errors import ReplayFailure, ScenarioError
 from mockllm.options import ServeOptions
+from mockllm.record.episode_recording import EpisodeRecording
 from mockllm.record.forward import OnFailure
-from mockllm.record.recording import EpisodeRecording, RunRecording, TreeRecording, Upstreams
+from mockllm.record.recording import RunRecording, TreeRecording, Upstreams
 from mockllm.record.tree import Caller
 from mockllm.replay.outcome import Live
 from mockllm.replay.report import RecordingReport
@@ -123,12 +124,15 @@ class LiveCalls:
         if recording is None:  # the run ended while this call was on its way
             return mock_error(410, "run_ended", f"run {run.id} has ended; its recording takes no more calls",
                               dialect=dialect)
-        info = request.match_info
-        root = f"/runs/{info['run']}" if "run" in info else f"/scenarios/{info['name']}" if "name" in info else ""
-        path = request.path[len(root):]  # under the base root: `/v1/chat/completions`, `/api/chat`, …
-        if request.query_string:
-            path += "?" + request.query_string
-        return await recording.call(request, path, body, dialect, neutral, live)
+        return await recording.call(request, _under_root(request), body, dialect, neutral, live)
+
+    async def count_tokens(self, request: web.Request, run: Run, body: bytes) -> web.StreamResponse | None:
+        """Send a `count_tokens` call of a recording run upstream, keeping the count for its recording;
+        None when the run records nothing (it only replays)."""
+        recording = self.recordings.get(run.id)
+        if recording is None:
+            return None
+        return await recording.count_tokens(request, _under_root(request), body)
 
     async def end(self, run: Run, discard: str | None = None) -> RecordingReport | None:
         """The run ended: write its recording (unless `discard` says why not) and serve it from now on."""
@@ -163,6 +167,14 @@ class LiveCalls:
         self.recordings.clear()
         if self._client is not None:
             await self._client.close()
+
+
+def _under_root(request: web.Request) -> str:
+    """A request's path under its base root (`/v1/chat/completions`, `/api/chat`, …), query included."""
+    info = request.match_info
+    root = f"/runs/{info['run']}" if "run" in info else f"/scenarios/{info['name']}" if "name" in info else ""
+    path = request.path[len(root):]
+    return f"{path}?{request.query_string}" if request.query_string else path
 
 
 def _failing(run: Run) -> OnFailure:

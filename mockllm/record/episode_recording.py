@@ -1,0 +1,131 @@
+"""A new_episodes run's recording: the calls its recording could not serve, per live session, and
+the count_tokens calls it had no count for; at the end the scenario is rewritten with them.
+
+The run routed each call (`replay.run`); a call it could not serve came here with its live session
+(`Live`) and went upstream, as `mockllm record` forwards it. The scenario is then written anew
+(`episodes` says how each session is continued or added), in a staging folder published as
+`recording.RunRecording` publishes every recording. `count_tokens.json` keeps the counts it had,
+then the new ones.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from mockllm.dsh.chunks import Failure
+from mockllm.dsh.header import SessionHeader
+from mockllm.dsh.names import SIDECAR_FILE
+from mockllm.record.call import ObservedCall
+from mockllm.record.episodes import LiveSession, continued_log, next_child_number, trim_sidecar, write_new_session
+from mockllm.record.forward import Forwarder, OnFailure, Target, now_ms
+from mockllm.record.proxy import lineage_of
+from mockllm.record.recording import RunRecording, Upstreams
+from mockllm.record.tree import Caller, Failed
+from mockllm.replay.outcome import Live
+from mockllm.scenario.count_tokens import read_counts, request_key, write_counts
+from mockllm.scenario.load import Scenario
+from mockllm.wire.dialect import Dialect
+from mockllm.wire.request import Request
+
+
+class EpisodeRecording(RunRecording):
+    """A new_episodes run: the calls its recording could not serve, per live session."""
+
+    def __init__(self, scenario: Scenario, upstreams: Upstreams, client: aiohttp.ClientSession,
+                 on_failure: OnFailure, cwd: str | None) -> None:
+        super().__init__("new_episodes", scenario.name, scenario.path, upstreams, client, on_failure, cwd)
+        self.scenario = scenario
+        self.sessions: dict[str, LiveSession] = {}  # by live id, in the order they went live
+        self._forwarder = Forwarder(client, self, on_failure, defer=True)
+        self._arrivals = 0
+        self.counts: dict[bytes, tuple[Any, Any]] = {}  # new count_tokens (request, answer) by request, masked
+
+    @property
+    def forwarder(self) -> Forwarder:
+        return self._forwarder
+
+    async def _forward(self, request: web.Request, url: str, body: bytes, dialect: Dialect, neutral: Request,
+                       live: Live) -> web.StreamResponse:
+        live_id = live.live_id or ""
+        session = self.sessions.get(live_id)
+        if session is None:
+            script = live.session
+            session = self.sessions[live_id] = LiveSession(
+                live_id, script.file if script else None, script.path if script else None, live.served,
+                lineage_of(request.headers).parent,
+                recorded_id=live_id if live.named else str(uuid.uuid4()))
+        self._arrivals += 1
+        call = ObservedCall([], False, now_ms(), arrival=self._arrivals)  # its inputs are read when it is recorded
+        return await self._forwarder.forward(request, url, body, dialect, Target(Caller(live_id), call, neutral))
+
+    # -- the Sink the forwarder records into ------------------------------------------------------
+
+    def record(self, caller: Caller, call: ObservedCall) -> None:
+        self.sessions[caller.session].calls.append(call)
+
+    def record_failure(self, caller: Caller, call: ObservedCall, failed: Failed) -> None:
+        # Statuses the forwarder let through (a 400, say) are still not an episode worth keeping.
+        if failed.status < 500 and failed.status not in (401, 403, 407, 429):
+            self.on_failure(caller, failed.status, f"the upstream answered {failed.status} {failed.code}: "
+                            f"{failed.message}")
+
+    def record_cut(self, caller: Caller, call: ObservedCall, failure: Failure) -> None:
+        """Told to `on_failure` by the forwarder already: nothing to keep."""
+
+    def _keep_count(self, request: Any, response: Any) -> None:
+        request, response = self.redactor.value(request), self.redactor.value(response)
+        self.counts.setdefault(request_key(request), (request, response))  # asked again: the first answer serves
+
+    @property
+    def recorded(self) -> bool:
+        return any(s.calls for s in self.sessions.values()) or bool(self.counts)
+
+    def _write(self) -> str:
+        shutil.copytree(self.folder, self.staging, copy_function=shutil.copy2)
+        primary = self.scenario.primary
+        continued, added = [], []
+        for session in self.sessions.values():
+            if not session.calls or session.path is None:
+                continue
+            calls = sorted(session.calls, key=lambda c: c.arrival)
+            (self.staging / session.path.name).write_bytes(
+                continued_log(session.path, session.served, calls, self.redactor))
+            if session.file == primary.file and (self.staging / SIDECAR_FILE).is_file():
+                trim_sidecar(self.staging / SIDECAR_FILE, session.served)
+            continued.append(f"{session.file} from call {session.served + 1}")
+        number = next_child_number(self.staging)
+        created = max((s.created_at for s in self.scenario.sessions), default=0)
+        for session in self.sessions.values():
+            if session.path is not None or not session.calls:
+                continue
+            created = max(created + 1, session.calls[0].started)
+            header = SessionHeader(session.recorded_id, created, cwd=self._cwd_field(),
+                                   parent_session=self._parent_of(session))
+            added.append(write_new_session(self.staging, session, number, header, self.redactor))
+            number += 1
+        if self.counts:  # the counts it had, then the new ones (a request it had is never sent upstream)
+            kept = {request_key(p.request): (p.request, p.response) for p in read_counts(self.staging)}
+            new = {k: pair for k, pair in self.counts.items() if k not in kept}
+            write_counts(self.staging, list({**kept, **new}.values()))
+        parts = [f"continued {', '.join(continued)}" if continued else "",
+                 f"added {', '.join(added)}" if added else "",
+                 f"added {len(self.counts)} count_tokens answer(s)" if self.counts else ""]
+        return f"rewrote {self.folder} with {self.live_calls} live call(s): " + "; ".join(p for p in parts if p)
+
+    def _parent_of(self, session: LiveSession) -> str:
+        """A new session's parent: the session its first call named (by its recorded id), else the primary."""
+        named = self.sessions.get(session.parent or "")
+        if named is not None:
+            return named.recorded_id if named.path is None else next(
+                s.id for s in self.scenario.sessions if s.file == named.file)
+        recorded = next((s.id for s in self.scenario.sessions if s.id == session.parent), None)
+        return recorded or self.scenario.primary.id
+
+    def _cwd_field(self) -> str | None:
+        header = self.scenario.primary.header
+        return header.cwd if header is not None else None
