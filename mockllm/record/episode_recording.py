@@ -12,20 +12,31 @@ from __future__ import annotations
 
 import shutil
 import uuid
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
 from mockllm.dsh.chunks import Failure
-from mockllm.dsh.header import SessionHeader
+from mockllm.dsh.header import InheritedEventCount, SessionHeader
 from mockllm.dsh.names import SIDECAR_FILE
 from mockllm.record.call import ObservedCall
-from mockllm.record.episodes import LiveSession, continued_log, next_child_number, trim_sidecar, write_new_session
+from mockllm.record.episodes import (
+    LiveSession,
+    Seed,
+    continued_log,
+    fork_seed,
+    next_child_number,
+    trim_sidecar,
+    write_new_session,
+)
 from mockllm.record.forward import Forwarder, OnFailure, Target, now_ms
 from mockllm.record.proxy import lineage_of
 from mockllm.record.recording import RunRecording, Upstreams
 from mockllm.record.tree import Caller, Failed
+from mockllm.replay.binding import Binding
 from mockllm.replay.outcome import Live
 from mockllm.scenario.count_tokens import read_counts, request_key, write_counts
 from mockllm.scenario.load import Scenario
@@ -37,9 +48,11 @@ class EpisodeRecording(RunRecording):
     """A new_episodes run: the calls its recording could not serve, per live session."""
 
     def __init__(self, scenario: Scenario, upstreams: Upstreams, client: aiohttp.ClientSession,
-                 on_failure: OnFailure, cwd: str | None) -> None:
+                 on_failure: OnFailure, cwd: str | None, bindings: Mapping[str, Binding]) -> None:
+        """`bindings`: the run's, by live id (live: a fork's parent's calls so far are read from it)."""
         super().__init__("new_episodes", scenario.name, scenario.path, upstreams, client, on_failure, cwd)
         self.scenario = scenario
+        self.bindings = bindings
         self.sessions: dict[str, LiveSession] = {}  # by live id, in the order they went live
         self._forwarder = Forwarder(client, self, on_failure, defer=True)
         self._arrivals = 0
@@ -55,10 +68,14 @@ class EpisodeRecording(RunRecording):
         session = self.sessions.get(live_id)
         if session is None:
             script = live.session
+            lineage = lineage_of(request.headers)
             session = self.sessions[live_id] = LiveSession(
                 live_id, script.file if script else None, script.path if script else None, live.served,
-                lineage_of(request.headers).parent,
-                recorded_id=live_id if live.named else str(uuid.uuid4()))
+                lineage.parent, recorded_id=live_id if live.named else str(uuid.uuid4()))
+            if script is None and lineage.fork:  # its seed is its parent's turns as they stand now
+                session.fork = True
+                session.forked_after = self._calls_made(lineage.parent or self.scenario.primary.id)
+        session.arrived += 1
         self._arrivals += 1
         call = ObservedCall([], False, now_ms(), arrival=self._arrivals)  # its inputs are read when it is recorded
         return await self._forwarder.forward(request, url, body, dialect, Target(Caller(live_id), call, neutral))
@@ -100,13 +117,18 @@ class EpisodeRecording(RunRecording):
             continued.append(f"{session.file} from call {session.served + 1}")
         number = next_child_number(self.staging)
         created = max((s.created_at for s in self.scenario.sessions), default=0)
+        written: dict[str, Path] = {}  # a new session's live id -> its log, for the forks made of it
         for session in self.sessions.values():
             if session.path is not None or not session.calls:
                 continue
             created = max(created + 1, session.calls[0].started)
-            header = SessionHeader(session.recorded_id, created, cwd=self._cwd_field(),
-                                   parent_session=self._parent_of(session))
-            added.append(write_new_session(self.staging, session, number, header, self.redactor))
+            parent, parent_log = self._parent_of(session, written)
+            seed = fork_seed(parent_log, session.forked_after) if session.fork and parent_log else Seed()
+            header = SessionHeader(session.recorded_id, created, cwd=self._cwd_field(), parent_session=parent,
+                                   is_seeded=session.fork, inherited=InheritedEventCount(len(seed.events)))
+            file = write_new_session(self.staging, session, number, header, self.redactor, seed)
+            written[session.live_id] = self.staging / file
+            added.append(f"{file} (a fork of {parent})" if session.fork else file)
             number += 1
         if self.counts:  # the counts it had, then the new ones (a request it had is never sent upstream)
             kept = {request_key(p.request): (p.request, p.response) for p in read_counts(self.staging)}
@@ -117,14 +139,27 @@ class EpisodeRecording(RunRecording):
                  f"added {len(self.counts)} count_tokens answer(s)" if self.counts else ""]
         return f"rewrote {self.folder} with {self.live_calls} live call(s): " + "; ".join(p for p in parts if p)
 
-    def _parent_of(self, session: LiveSession) -> str:
-        """A new session's parent: the session its first call named (by its recorded id), else the primary."""
+    def _parent_of(self, session: LiveSession, written: Mapping[str, Path]) -> tuple[str, Path | None]:
+        """A new session's parent: the session its first call named, else the primary; its recorded id
+        and its log in the staging folder (None: it has none, or none written yet)."""
         named = self.sessions.get(session.parent or "")
-        if named is not None:
-            return named.recorded_id if named.path is None else next(
-                s.id for s in self.scenario.sessions if s.file == named.file)
-        recorded = next((s.id for s in self.scenario.sessions if s.id == session.parent), None)
-        return recorded or self.scenario.primary.id
+        if named is not None and named.path is None:
+            return named.recorded_id, written.get(named.live_id)
+        if named is not None:  # a recorded session that went live
+            recorded = next(s for s in self.scenario.sessions if s.file == named.file)
+        else:
+            recorded = next((s for s in self.scenario.sessions if s.id == session.parent), self.scenario.primary)
+        return recorded.id, self.staging / recorded.path.name if recorded.path is not None else None
+
+    def _calls_made(self, parent: str) -> int:
+        """The calls session `parent` (a live id, or a recorded id) has made in this run so far: those
+        served from the recording, then its live ones."""
+        live = self.sessions.get(parent)
+        if live is not None:
+            return live.served + live.arrived
+        binding = self.bindings.get(parent) or next(
+            (b for b in self.bindings.values() if self.scenario.sessions[b.script].id == parent), None)
+        return binding.cursor if binding is not None else 0
 
     def _cwd_field(self) -> str | None:
         header = self.scenario.primary.header

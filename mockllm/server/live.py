@@ -74,7 +74,7 @@ class LiveCalls:
         if mode == "new_episodes" and exists:
             run = self.runs.create(name, body, episodes=True)
             self.recordings[run.id] = EpisodeRecording(self.suite.scenarios[name], self.upstreams, self.client,
-                                                       _failing(run), cwd)
+                                                       _failing(run), cwd, run.bindings)
             return run
         folder = self.suite.folder_of(name)
         run = self.runs.create_recording(name, folder, body)

@@ -1,0 +1,100 @@
+"""Record modes write the tree `mockllm record` writes: under `new_episodes` a new fork gets its
+parent's turns as its seed, through the openai SDK against a scripted upstream, then replayed
+offline under record mode `none`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+import mockllm
+from mockllm.cli.validate import check_suite
+from tests.scripted_upstream import ScriptedUpstream
+
+KEY = "sk-live-do-not-record-0123456789"
+
+
+@pytest.fixture
+def upstream() -> Iterator[ScriptedUpstream]:
+    with ScriptedUpstream() as up:
+        yield up
+
+
+class Agent:
+    """One session's conversation, streamed through the openai SDK with its lineage headers."""
+
+    def __init__(self, run: mockllm.Run, session: str, history: list[Any] | None = None, **lineage: str) -> None:
+        self.client = openai.OpenAI(base_url=run.base_url, api_key=KEY, max_retries=0,
+                                    default_headers={**run.headers(session), **lineage})
+        self.messages: list[Any] = list(history or [])
+
+    def say(self, text: str) -> str:
+        self.messages.append({"role": "user", "content": text})
+        stream = self.client.chat.completions.create(model="m", messages=self.messages, stream=True)
+        answer = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        self.messages.append({"role": "assistant", "content": answer})
+        return answer
+
+
+def fork_of(run: mockllm.Run, session: str, parent: Agent, parent_id: str) -> Agent:
+    return Agent(run, session, parent.messages, **{"x-mockllm-parent": parent_id, "x-mockllm-fork": "true"})
+
+
+def lines(path: Path) -> list[bytes]:
+    return path.read_bytes().splitlines(keepends=True)
+
+
+def turns_end(path: Path, turns: int) -> int:
+    """How many logical events of an unpacked log come before the end of its `turns`-th turn, included."""
+    types = [json.loads(line)["type"] for line in lines(path)[1:]]
+    return [k for k, t in enumerate(types) if t == "turn/end"][turns - 1] + 1
+
+
+def run_the_agents(run: mockllm.Run) -> list[str]:
+    """A lead of three turns, a fork of it made after two, a new helper and a fork of the helper."""
+    lead = Agent(run, "lead")
+    said = [lead.say("one"), lead.say("two")]
+    forker = fork_of(run, "forker", lead, "lead")
+    said += [forker.say("fork task"), forker.say("fork more")]
+    said.append(lead.say("three"))  # the parent goes on after the fork: not in the fork's seed
+    helper = Agent(run, "helper", **{"x-mockllm-parent": "lead"})
+    said.append(helper.say("help"))
+    said.append(fork_of(run, "helper-fork", helper, "helper").say("help fork"))
+    return said
+
+
+def test_new_episodes_writes_a_new_fork_with_its_parents_turns_as_its_seed(upstream, tmp_path):
+    expected = ["echo: one", "echo: two", "echo: fork task", "echo: fork more", "echo: three", "echo: help",
+                "echo: help fork"]
+    with mockllm.Server(tmp_path, upstream=upstream.url) as server:
+        with server.run("case", record_mode="once") as run:
+            lead = Agent(run, "lead")
+            lead.say("one")
+            lead.say("two")
+        with server.run("case", record_mode="new_episodes") as run:
+            assert run_the_agents(run) == expected
+        report = run.end()
+        assert report.recording is not None and report.recording.written, report.recording
+        case = tmp_path / "case"
+        by_id = {json.loads(lines(p)[0])["id"]: p for p in case.glob("session*.jsonl")}
+        fork_header = json.loads(lines(by_id["forker"])[0])
+        assert fork_header["parentSession"] == "lead"
+        seed = turns_end(by_id["lead"], 2)
+        assert fork_header["seedLength"] == seed, "the lead's two turns, not the third it made after the fork"
+        assert lines(by_id["forker"])[1: seed + 1] == lines(by_id["lead"])[1: seed + 1], "copied as written"
+        helper_fork = json.loads(lines(by_id["helper-fork"])[0])
+        assert helper_fork["parentSession"] == "helper" and helper_fork["seedLength"] == turns_end(by_id["helper"], 1)
+        assert "seedLength" not in json.loads(lines(by_id["helper"])[0]), "a spawn child stays unseeded"
+        suite = mockllm.load_suite(tmp_path, keep_logs=True)
+        assert [str(d) for d in check_suite(suite)] == [], "mockllm check: each seed is its parent's log"
+        kinds = {s.id: (s.kind, s.cut, len(s.entries)) for s in suite.scenarios["case"].sessions}
+        assert kinds["forker"] == ("fork", seed, 2) and kinds["helper-fork"][0::2] == ("fork", 1)
+        upstream.stop()
+        with server.run("case", record_mode="none") as run:
+            assert run_the_agents(run) == expected, "each fork is served its own calls, not its parent's"
+            run.assert_consumed()
