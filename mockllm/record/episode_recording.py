@@ -35,11 +35,14 @@ from mockllm.record.episodes import (
 from mockllm.record.forward import Forwarder, OnFailure, Target, now_ms
 from mockllm.record.proxy import lineage_of
 from mockllm.record.recording import RunRecording, Upstreams
+from mockllm.record.redact import redact_chunks
+from mockllm.record.side import continue_route
 from mockllm.record.tree import Caller, Failed
 from mockllm.replay.binding import Binding
 from mockllm.replay.outcome import Live
 from mockllm.scenario.count_tokens import read_counts, request_key, write_counts
 from mockllm.scenario.load import Scenario
+from mockllm.script.entries import ChunksEntry, Entry
 from mockllm.wire.dialect import Dialect
 from mockllm.wire.request import Request
 
@@ -57,6 +60,7 @@ class EpisodeRecording(RunRecording):
         self._forwarder = Forwarder(client, self, on_failure, defer=True)
         self._arrivals = 0
         self.counts: dict[bytes, tuple[Any, Any]] = {}  # new count_tokens (request, answer) by request, masked
+        self.side_calls: dict[str, list[ObservedCall]] = {}  # by side route model: calls past its script's end
 
     @property
     def forwarder(self) -> Forwarder:
@@ -64,6 +68,11 @@ class EpisodeRecording(RunRecording):
 
     async def _forward(self, request: web.Request, url: str, body: bytes, dialect: Dialect, neutral: Request,
                        live: Live) -> web.StreamResponse:
+        self._arrivals += 1
+        call = ObservedCall([], False, now_ms(), arrival=self._arrivals)  # its inputs are read when it is recorded
+        if live.side_route is not None:  # no session's: the route's script is continued
+            return await self._forwarder.forward(request, url, body, dialect,
+                                                 Target(Caller(side_route=live.side_route), call, neutral))
         live_id = live.live_id or ""
         session = self.sessions.get(live_id)
         if session is None:
@@ -76,14 +85,15 @@ class EpisodeRecording(RunRecording):
                 session.fork = True
                 session.forked_after = self._calls_made(lineage.parent or self.scenario.primary.id)
         session.arrived += 1
-        self._arrivals += 1
-        call = ObservedCall([], False, now_ms(), arrival=self._arrivals)  # its inputs are read when it is recorded
         return await self._forwarder.forward(request, url, body, dialect, Target(Caller(live_id), call, neutral))
 
     # -- the Sink the forwarder records into ------------------------------------------------------
 
     def record(self, caller: Caller, call: ObservedCall) -> None:
-        self.sessions[caller.session].calls.append(call)
+        if caller.side_route is not None:
+            self.side_calls.setdefault(caller.side_route, []).append(call)
+        else:
+            self.sessions[caller.session].calls.append(call)
 
     def record_failure(self, caller: Caller, call: ObservedCall, failed: Failed) -> None:
         # Statuses the forwarder let through (a 400, say) are still not an episode worth keeping.
@@ -100,7 +110,7 @@ class EpisodeRecording(RunRecording):
 
     @property
     def recorded(self) -> bool:
-        return any(s.calls for s in self.sessions.values()) or bool(self.counts)
+        return any(s.calls for s in self.sessions.values()) or bool(self.counts) or bool(self.side_calls)
 
     def _write(self) -> str:
         shutil.copytree(self.folder, self.staging, copy_function=shutil.copy2)
@@ -112,7 +122,8 @@ class EpisodeRecording(RunRecording):
             calls = sorted(session.calls, key=lambda c: c.arrival)
             (self.staging / session.path.name).write_bytes(
                 continued_log(session.path, session.served, calls, self.redactor))
-            if session.file == primary.file and (self.staging / SIDECAR_FILE).is_file():
+            if session.file == primary.file and (self.staging / SIDECAR_FILE).is_file() and not any(
+                    r.path == self.folder / SIDECAR_FILE for r in self.scenario.side_routes):  # else the route's
                 trim_sidecar(self.staging / SIDECAR_FILE, session.served)
             continued.append(f"{session.file} from call {session.served + 1}")
         number = next_child_number(self.staging)
@@ -130,6 +141,12 @@ class EpisodeRecording(RunRecording):
             written[session.live_id] = self.staging / file
             added.append(f"{file} (a fork of {parent})" if session.fork else file)
             number += 1
+        for model, calls in self.side_calls.items():
+            route = next(r for r in self.scenario.side_routes if r.model == model)
+            entries: list[Entry] = [ChunksEntry(redact_chunks(self.redactor, [c.chunk for c in call.chunks]))
+                                    for call in sorted(calls, key=lambda c: c.arrival)]
+            file = continue_route(self.staging, self.folder, route, entries)
+            continued.append(f"side route {model} ({file}) from call {len(route.entries) + 1}")
         if self.counts:  # the counts it had, then the new ones (a request it had is never sent upstream)
             kept = {request_key(p.request): (p.request, p.response) for p in read_counts(self.staging)}
             new = {k: pair for k, pair in self.counts.items() if k not in kept}

@@ -31,7 +31,7 @@ import os
 import shutil
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,7 @@ from mockllm.record.side import write_json
 from mockllm.record.tree import Caller, SessionTree
 from mockllm.replay.outcome import Live
 from mockllm.replay.report import RecordingReport
+from mockllm.scenario.side_routes import SideRouteSpec
 from mockllm.wire import DIALECTS
 from mockllm.wire.dialect import Dialect
 from mockllm.wire.request import Request
@@ -231,11 +232,16 @@ class TreeRecording(RunRecording):
     """A run that records from scratch, as `mockllm record` does (routing, lineage, secrets)."""
 
     def __init__(self, mode: str, name: str, folder: Path, upstreams: Upstreams, client: aiohttp.ClientSession,
-                 on_failure: OnFailure, cwd: str | None, session_headers: tuple[str, ...]) -> None:
+                 on_failure: OnFailure, cwd: str | None, session_headers: tuple[str, ...],
+                 side_routes: Sequence[SideRouteSpec] = ()) -> None:
+        """`side_routes`: the server's and the scenario's; their models' calls are written as side routes'
+        scripts (`side.MODEL.json`, declared in `mockllm.json`), as `mockllm record --side-route` writes them."""
         super().__init__(mode, name, folder, upstreams, client, on_failure, cwd)
         self.make_parents()
         # Not durable call by call: the folder is renamed into place only once complete and closed.
-        self.tree = SessionTree(self.staging, redactor=self.redactor, cwd=bool(cwd), durable=False)
+        self.tree = SessionTree(self.staging, redactor=self.redactor, cwd=bool(cwd), durable=False,
+                                side_routes=tuple(r.model for r in side_routes),
+                                repeating=frozenset(r.model for r in side_routes if r.repeat))
         # Written when the run ends: its calls are decoded then, off every client's path.
         self.recorder = Recorder.into(self.tree, "", client, session_headers, on_failure, defer=True)
 
@@ -259,8 +265,9 @@ class TreeRecording(RunRecording):
         if self.tree.failures:
             raise RecordError(f"{len(self.tree.failures)} write(s) failed: {self.tree.failures[0]}")
         sessions = [s.file for s in self.tree.sessions.values()]
-        return f"recorded {len(sessions)} session(s) ({', '.join(sessions)}), {self.live_calls} call(s), in " \
-               f"{self.folder}"
+        side = f" and side route(s) {', '.join(self.tree.side.files)}" if self.tree.side.files else ""
+        return f"recorded {len(sessions)} session(s) ({', '.join(sessions)}){side}, {self.live_calls} call(s), " \
+               f"in {self.folder}"
 
     def discard(self) -> None:
         self.tree.abandon()

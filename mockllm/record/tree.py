@@ -97,8 +97,10 @@ class Failed:
 
 class SessionTree:
     def __init__(self, out: Path, *, pack: bool = False, redactor: Redactor | None = None,
-                 side_routes: tuple[str, ...] = (), cwd: bool = False, durable: bool = True) -> None:
-        """`side_routes`: the models recorded as side routes; `cwd`: the redactor writes `{{cwd}}` for
+                 side_routes: tuple[str, ...] = (), cwd: bool = False, durable: bool = True,
+                 repeating: frozenset[str] = frozenset()) -> None:
+        """`side_routes`: the models recorded as side routes (`repeating`: those declared to repeat their
+        last entry); `cwd`: the redactor writes `{{cwd}}` for
         the agent's folder, so headers say `"cwd": "{{cwd}}"` as dsh's do; `durable=False`: calls are
         not fsync'd one by one (a tree renamed into place when complete: see SessionWriter)."""
         self.out = out
@@ -113,7 +115,7 @@ class SessionTree:
         self.layout: Layout | None = None  # the finished tree's shape, once closed
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mockllm-record")
         self._arrivals = 0
-        self.side = SideRoutes(out, side_routes, self._submit)
+        self.side = SideRoutes(out, side_routes, self._submit, repeating)
         self.counts: dict[bytes, tuple[Any, Any]] = {}  # count_tokens (request, answer) by request, as written
         try:
             out.mkdir(parents=True, exist_ok=True)

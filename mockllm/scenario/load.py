@@ -177,12 +177,16 @@ def build_scenario(name: str, path: Path, primary: Path | None, children: Sequen
                    *, keep_logs: bool = False, side_routes: Sequence[SideRouteSpec] = ()) -> Scenario:
     """A scenario from explicit files (a folder's, or dsh's DSH_SNAPSHOT_* list); children in any
     order, ordered here as script order wants. A file outside `path` is named by its whole path.
-    Side routes are those `path`'s `mockllm.json` declares, then `side_routes`.
+    Side routes are those `path`'s `mockllm.json` declares, then `side_routes` for other models (a
+    scenario's own route for a model wins: a recording made on a server given `--side-route M=FILE`
+    declares its own script for M, and replays on that server).
     Raises ScenarioError listing every broken file."""
     problems: list[RecordingError] = []
     routes: list[SideRoute] = []
     try:
-        specs = [*read_manifest(path), *side_routes]
+        declared = read_manifest(path)
+        own = {spec.model for spec in declared}
+        specs = [*declared, *(spec for spec in side_routes if spec.model not in own)]
     except RecordingError as exc:
         problems.append(exc)
         specs = []

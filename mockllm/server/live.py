@@ -33,6 +33,7 @@ from mockllm.replay.report import RecordingReport
 from mockllm.replay.run import Run
 from mockllm.replay.runs import Runs
 from mockllm.scenario.load import Suite, is_scenario, load_scenario, name_problem
+from mockllm.scenario.side_routes import SideRouteSpec
 from mockllm.server.mock_errors import mock_error
 from mockllm.wire import DEFAULT
 from mockllm.wire.dialect import Dialect
@@ -79,8 +80,16 @@ class LiveCalls:
         folder = self.suite.folder_of(name)
         run = self.runs.create_recording(name, folder, body)
         self.recordings[run.id] = TreeRecording(mode, name, folder, self.upstreams, self.client, _failing(run), cwd,
-                                                self.options.all_session_headers)
+                                                self.options.all_session_headers, self._side_routes(name))
         return run
+
+    def _side_routes(self, name: str) -> list[SideRouteSpec]:
+        """The side routes a recording of scenario `name` keeps apart: those it declares (when it has a
+        recording: `rewrite` records it anew), and the server's `--side-route` ones."""
+        scenario = self.suite.scenarios.get(name)
+        declared = [SideRouteSpec(r.model, r.file, r.repeat) for r in scenario.side_routes] if scenario else []
+        models = {r.model for r in declared}
+        return [*declared, *(r for r in self.options.side_route_specs if r.model not in models)]
 
     def _not_loaded(self, name: str, mode: str) -> web.Response | None:
         if name in self.suite.broken:
