@@ -189,3 +189,26 @@ def test_new_episodes_continues_a_side_route_past_its_end(upstream, tmp_path):
                 titles = [t for c, t in zip(calls, said, strict=True) if c == TITLE]
                 assert titles == [first_title, "echo: name it"], name
                 run.assert_consumed()
+
+
+def test_new_episodes_continues_a_primary_whose_sidecar_is_a_side_routes_script(upstream, tmp_path):
+    """dsh's title fixture: the title model's script is `replay.override.json`, the primary has none."""
+    with mockllm.Server(tmp_path, upstream=upstream.url, side_routes=(f"{TITLE}=title.json",)) as server, \
+            server.run("titled", record_mode="once") as run:
+        titled_run(run)
+    folder = tmp_path / "titled"
+    (folder / "side.title-model.json").rename(folder / "replay.override.json")
+    (folder / "mockllm.json").write_text(json.dumps({"side_routes": [{"model": TITLE,
+                                                                       "script": "replay.override.json"}]}))
+    with mockllm.Server(tmp_path, upstream=upstream.url) as server:
+        with server.run("titled", record_mode="new_episodes") as run:
+            agent = Agent(run, "agent")
+            assert [agent.say("one"), title(run), agent.say("two"), agent.say("three")][-1] == "echo: three"
+        assert run.end().recording.written  # type: ignore[union-attr]
+        assert len(json.loads((folder / "replay.override.json").read_text())) == 1, "the route's script is kept"
+        upstream.stop()
+        with server.run("titled") as run:
+            agent = Agent(run, "agent")
+            assert [agent.say("one"), title(run), agent.say("two"), agent.say("three")] == [
+                "echo: one", "echo: name it", "echo: two", "echo: three"]
+            run.assert_consumed()

@@ -122,8 +122,7 @@ class EpisodeRecording(RunRecording):
             calls = sorted(session.calls, key=lambda c: c.arrival)
             (self.staging / session.path.name).write_bytes(
                 continued_log(session.path, session.served, calls, self.redactor))
-            if session.file == primary.file and (self.staging / SIDECAR_FILE).is_file() and not any(
-                    r.path == self.folder / SIDECAR_FILE for r in self.scenario.side_routes):  # else the route's
+            if session.file == primary.file and self._primarys_sidecar():
                 trim_sidecar(self.staging / SIDECAR_FILE, session.served)
             continued.append(f"{session.file} from call {session.served + 1}")
         number = next_child_number(self.staging)
@@ -167,6 +166,12 @@ class EpisodeRecording(RunRecording):
         else:
             recorded = next((s for s in self.scenario.sessions if s.id == session.parent), self.scenario.primary)
         return recorded.id, self.staging / recorded.path.name if recorded.path is not None else None
+
+    def _primarys_sidecar(self) -> bool:
+        """Whether the scenario has a sidecar and it is the primary's (one named as a side route's
+        script is that route's, and stays as it is)."""
+        return (self.staging / SIDECAR_FILE).is_file() and all(
+            r.path != self.folder / SIDECAR_FILE for r in self.scenario.side_routes)
 
     def _calls_made(self, parent: str) -> int:
         """The calls session `parent` (a live id, or a recorded id) has made in this run so far: those
