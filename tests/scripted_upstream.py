@@ -10,6 +10,9 @@ each request, so an agent driven by a test gets the same answers on every run:
 - tool results get `got: <their texts joined by " | ">`;
 - anything else gets `echo: <the text>`, streamed in three pieces.
 
+Anthropic's `POST {url}/messages/count_tokens` answers `{"input_tokens": N}`, N the length of every
+text in the request's `system` and `messages` (so equal requests get equal counts, others differ).
+
 It runs on a thread of its own (`with ScriptedUpstream() as up:`), so that synchronous tests, and
 a pytester session inside a test, can call it; every request it received is kept (`received`).
 """
@@ -213,6 +216,13 @@ def responses_stream(answer: Answer, model: str) -> list[bytes]:
                                                           "usage": usage})]
 
 
+def counted_tokens(body: dict[str, Any]) -> int:
+    system = body.get("system")
+    texts = [_text(system) if system is not None else ""]
+    texts += [_text(m.get("content")) for m in body.get("messages") or []]
+    return sum(len(t) for t in texts)
+
+
 # --- the server -----------------------------------------------------------------------------------
 
 
@@ -231,6 +241,8 @@ class ScriptedUpstream:
         body = json.loads(raw)
         model = str(body.get("model") or "m")
         kind = request.path.rsplit("/", 1)[-1]
+        if kind == "count_tokens":
+            return web.json_response({"input_tokens": counted_tokens(body)})
         last, results = {"completions": chat_read, "messages": anthropic_read, "responses": responses_read}[kind](body)
         answer = answer_to(last, results)
         if answer.fail is not None:
@@ -259,7 +271,7 @@ class ScriptedUpstream:
 
         async def main() -> None:
             app = web.Application()
-            for path in ("/v1/chat/completions", "/v1/messages", "/v1/responses"):
+            for path in ("/v1/chat/completions", "/v1/messages", "/v1/responses", "/v1/messages/count_tokens"):
                 app.router.add_post(path, self._handle)
             self._runner = web.AppRunner(app, access_log=None)
             await self._runner.setup()

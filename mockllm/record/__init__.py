@@ -13,4 +13,5 @@ It cannot tell a child whose answer its parent never sends back (or sends rewrit
 answer (it failed or was cancelled), one started by something other than a tool call (a graph
 fan-out), or a fork sent without `x-mockllm-fork`: those hang from the primary, as spawns.
 `--side-route MODEL` keeps a model's calls out of the tree (`side`); `--cwd DIR` writes `{{cwd}}`.
+Anthropic's `count_tokens` calls are forwarded, and the counts kept in `count_tokens.json`.
 """

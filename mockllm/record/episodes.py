@@ -7,6 +7,12 @@ end of call K's answer (the header and those lines byte for byte), then its live
 turn are closed by the first live call's rows, as dsh would have closed them. A primary's sidecar
 keeps only the patches of the calls it kept. Sessions the run did not take live are not read.
 
+A new session whose first call said `x-mockllm-fork: true` is written as `mockllm record` writes a
+fork (`tree.SessionTree`): its log starts with its parent's completed turns as they stood when its
+first call arrived (the parent's lines up to the last `turn/end` within the calls it had made, as
+written in the rewritten parent log), its header says so in `seedLength`, and its own events are
+numbered on from there.
+
 What cannot be continued is refused with a RecordError naming the file: a primary whose whole
 script is its sidecar's array, a cut inside a packed row, a call made by a compaction event.
 """
@@ -26,9 +32,11 @@ from mockllm.dsh.names import (
     CHILD_FILE,
     CHUNK_EVENT,
     SIDECAR_FILE,
+    STEP_END,
     STEP_START,
     TOOL_CALL,
     TOOL_RESULT,
+    TURN_END,
     TURN_START,
     USER_MESSAGE,
     child_file,
@@ -44,6 +52,8 @@ from mockllm.script.derive import derive_calls
 
 # What follows a call's last chunk and still belongs to its answer, as `mockllm record` writes it.
 _ANSWER_EVENTS = frozenset((ASSISTANT_MESSAGE, TOOL_CALL))
+# An answer that called no tool ends its step and turn right after it (`events.SessionEvents`).
+_ANSWER_ENDS = _ANSWER_EVENTS | {STEP_END, TURN_END}
 # Where a session's first call begins: what comes before it (a seed, a request header) is kept.
 _CALL_EVENTS = frozenset((TURN_START, USER_MESSAGE, STEP_START, TOOL_RESULT, CHUNK_EVENT))
 
@@ -60,6 +70,18 @@ class LiveSession:
     parent: str | None = None  # the live id its first call named in `x-mockllm-parent`
     recorded_id: str = ""  # a new session's id in the rewritten tree
     calls: list[ObservedCall] = field(default_factory=list)
+    arrived: int = 0  # its live calls that have arrived (`calls` holds them once recorded, at the end)
+    fork: bool = False  # its first call said `x-mockllm-fork: true`: it continues its parent's conversation
+    forked_after: int = 0  # a fork's parent's calls (served and live) before the fork's first call
+
+
+@dataclass(frozen=True, slots=True)
+class Seed:
+    """What a fork inherits: its parent's body lines as written, and their logical events."""
+
+    lines: bytes = b""
+    events: tuple[Event, ...] = ()
+    projected: bool = False  # the parent's log has no seq/time: the fork's own rows must not either
 
 
 def continued_log(path: Path, served: int, calls: list[ObservedCall], redactor: Redactor) -> bytes:
@@ -136,16 +158,44 @@ def trim_sidecar(path: Path, kept: int) -> None:
         path.unlink()
 
 
+def fork_seed(path: Path, calls: int) -> Seed:
+    """The seed of a fork of `path`'s session made after its first `calls` own calls: every event up
+    to the last `turn/end` by the end of those calls' answers (a fork inherits whole turns; the
+    parent's own seed counts too), as `tree.SessionTree` cuts one from a parent being recorded."""
+    buf = path.read_bytes()
+    log = parse_log(buf, path)
+    events = log.events
+    recorded = derive_calls(log)
+    made = min(calls, len(recorded))
+    if made:
+        last = recorded[made - 1]
+        end = max(i for i, e in enumerate(events) if e.line <= last.line) + 1
+        # The step and turn an answer ended are inherited with it.
+        while end < len(events) and events[end].type in _ANSWER_ENDS:
+            end += 1
+    else:
+        end = log.header.cut
+    ends = [i for i in range(end) if events[i].type == TURN_END]
+    if not ends:
+        return Seed()
+    seed = events[: ends[-1] + 1]
+    header_end = buf.find(b"\n") + 1
+    return Seed(_lines(buf, seed[-1].line)[header_end:], tuple(seed), log.layout == "projected")
+
+
 def write_new_session(folder: Path, session: LiveSession, number: int, header: SessionHeader,
-                      redactor: Redactor) -> str:
-    """A session the recording did not have, as child `number`: its file name."""
-    state = SessionEvents()
+                      redactor: Redactor, seed: Seed | None = None) -> str:
+    """A session the recording did not have, as child `number` (a fork's log starting with `seed`): its
+    file name."""
+    seed = seed or Seed()
+    state = _state_after(list(seed.events), False) if seed.events else SessionEvents()
     rows: list[EventLike] = []
     for call in session.calls:
         rows += state.call(call, redactor)
     rows += state.closing(session.calls[-1].ended if session.calls else 0)
     file = child_file(number)
-    (folder / file).write_bytes(encode_header(header) + b"\n" + encode_rows(rows))
+    body = seed.lines + encode_rows(rows, projected=seed.projected)
+    (folder / file).write_bytes(encode_header(header) + b"\n" + body)
     return file
 
 

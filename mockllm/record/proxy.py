@@ -6,8 +6,10 @@ Every registered dialect's routes are served at the proxy's root, as under a rep
 (`upstream_url`): a path under `/v1` to the upstream base (`/v1` included) plus the rest of the
 path, any other path to the upstream base without its `/v1` plus the whole path (`forward`: each
 upstream piece is written to the client the moment it arrives, and decoded once the call is
-over, its events split by the dialect's frame reader: SSE, NDJSON). Other requests (`GET
-/v1/models`, Ollama's `/api/tags`, ...) are forwarded and not recorded.
+over, its events split by the dialect's frame reader: SSE, NDJSON). Anthropic's `POST
+/v1/messages/count_tokens` is forwarded as it is, and a count the upstream gave (a 200) is kept
+with its request in the tree's `count_tokens.json`, which replay answers from. Other requests
+(`GET /v1/models`, Ollama's `/api/tags`, ...) are forwarded and not recorded.
 
 Headers: the client's headers go upstream as they came (hop-by-hop ones aside), mockllm's own
 included: an upstream that is itself a mockllm (replaying a tree while a new one is recorded)
@@ -21,9 +23,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
 from aiohttp import web
 
-from mockllm.errors import RequestError
+from mockllm.errors import RecordError, RequestError
 from mockllm.record.call import ObservedCall, observe
 from mockllm.record.forward import Forwarder, OnFailure, Target, now_ms, offers_tools
 from mockllm.record.tree import Caller, Lineage, SessionTree
@@ -37,6 +40,7 @@ log = logging.getLogger("mockllm.record.command")
 
 PARENT_HEADER = "x-mockllm-parent"
 FORK_HEADER = "x-mockllm-fork"
+COUNT_TOKENS_ROUTE = "/v1/messages/count_tokens"  # Anthropic's, beside its model route
 
 
 class Recorder:
@@ -98,6 +102,21 @@ class Recorder:
                                                 system=system_text(neutral.messages) if first else None))
         return await self.forwarder.forward(request, url, body, dialect, target)
 
+    async def count_tokens(self, request: web.Request, *, body: bytes | None = None,
+                           url: str | None = None) -> web.StreamResponse:
+        """Forward a `count_tokens` call (to `url`, else where `upstream_url` says); the answer goes
+        back as it came, and a count the upstream gave is kept in the tree."""
+        if body is None:
+            body = await request.read()
+        response = await self.forwarder.forward(request, url or self.upstream_url(request.path_qs), body, None, None)
+        pair = counted_pair(body, response)
+        if pair is not None:
+            try:
+                self.tree.record_count(*pair)
+            except RecordError as exc:  # it ended after the recording closed: the client has its answer still
+                log.warning("%s: count not recorded: %s", request.path, exc)
+        return response
+
     def upstream_url(self, path_qs: str) -> str:
         """Where a path of the proxy goes upstream: under `/v1`, the upstream base plus the rest;
         beside it (`/v1beta/…`, `/api/…`), the upstream base without its `/v1` plus the whole path."""
@@ -118,6 +137,17 @@ def upstream_url(base: str, path_qs: str) -> str:
     return base.removesuffix("/v1") + path_qs
 
 
+def counted_pair(body: bytes, response: web.StreamResponse) -> tuple[Any, Any] | None:
+    """A forwarded `count_tokens` call's (request, answer) as JSON, when the upstream counted it (a
+    200 with a JSON body); None otherwise (an error, an unreachable upstream: nothing to replay)."""
+    if response.status != 200 or not isinstance(response, web.Response) or not isinstance(response.body, bytes):
+        return None
+    try:
+        return msgspec.json.decode(body), msgspec.json.decode(response.body)
+    except msgspec.DecodeError:
+        return None
+
+
 def lineage_of(headers: Mapping[str, str]) -> Lineage:
     """What a call's headers say of its session's lineage (`x-mockllm-parent`, `x-mockllm-fork`)."""
     return Lineage(headers.get(PARENT_HEADER) or None,
@@ -126,6 +156,7 @@ def lineage_of(headers: Mapping[str, str]) -> Lineage:
 
 def create_app(recorder: Recorder) -> web.Application:
     app = web.Application(client_max_size=1024**3)
+    app.router.add_post(COUNT_TOKENS_ROUTE, recorder.count_tokens)
     for dialect in DIALECTS:
         for route in dialect.routes:
             app.router.add_post(route, _handler(recorder, dialect))

@@ -5,8 +5,13 @@
   to replay): the run records from scratch. Its calls are routed, and the tree's lineage read, by
   `mockllm record`'s own code (`proxy.Recorder`, `tree.SessionTree`), into a hidden folder beside
   the scenario's.
-- `EpisodeRecording` (`new_episodes`): the run routed each call; those the recording could not
-  serve came here with their live session, and at the end the scenario is rewritten (`episodes`).
+- `EpisodeRecording` (`new_episodes`, in `episode_recording`): the run routed each call; those the
+  recording could not serve came here with their live session, and at the end the scenario is
+  rewritten (`episodes`).
+
+Anthropic's `count_tokens` calls of a recording run go upstream too (under `new_episodes`, those
+the recording has no count for): the answer is passed back as it came, and each count the upstream
+gave is written with the recording, in its `count_tokens.json`.
 
 Either way the recording is written into a new hidden folder, stamped in its `mockllm.json` with
 when it was recorded, by which mockllm, in which mode and from which upstream host (never a URL's
@@ -26,7 +31,7 @@ import os
 import shutil
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,24 +40,22 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp import web
 
-from mockllm.dsh.chunks import Failure
-from mockllm.dsh.header import SessionHeader
 from mockllm.dsh.names import MANIFEST_FILE, PRIMARY_FILE, SIDECAR_FILE
 from mockllm.errors import AlreadyRecorded, RecordError
 from mockllm.options import parse_upstream
-from mockllm.record.call import ObservedCall
-from mockllm.record.episodes import LiveSession, continued_log, next_child_number, trim_sidecar, write_new_session
-from mockllm.record.forward import Forwarder, OnFailure, Target, now_ms
-from mockllm.record.proxy import Recorder, lineage_of, upstream_url
+from mockllm.record.forward import Forwarder, OnFailure
+from mockllm.record.proxy import Recorder, counted_pair, upstream_url
 from mockllm.record.redact import Redactor
 from mockllm.record.side import write_json
-from mockllm.record.tree import Caller, Failed, SessionTree
+from mockllm.record.tree import Caller, SessionTree
 from mockllm.replay.outcome import Live
 from mockllm.replay.report import RecordingReport
-from mockllm.scenario.load import Scenario
+from mockllm.scenario.side_routes import SideRouteSpec
+from mockllm.wire import DIALECTS
 from mockllm.wire.dialect import Dialect
 from mockllm.wire.request import Request
 
+ANTHROPIC = next(d for d in DIALECTS if d.name == "anthropic")  # count_tokens is Anthropic's
 # Which `--upstream PROVIDER=URL` a dialect's calls go to; any other dialect speaks OpenAI's.
 DIALECT_PROVIDERS = {"chat": "openai", "responses": "openai", "anthropic": "anthropic", "gemini": "gemini",
                      "ollama": "ollama"}
@@ -116,22 +119,46 @@ class RunRecording(ABC):
     async def call(self, request: web.Request, path: str, body: bytes, dialect: Dialect, neutral: Request,
                    live: Live) -> web.StreamResponse:
         """Forward one live call to its upstream (`path`: under the base root, query included)."""
-        base = self.upstreams.base_for(dialect)
-        if base is None:
-            message = (f"no upstream for {dialect.name} calls to record; give one with --upstream URL (or "
-                       f"{DIALECT_PROVIDERS.get(dialect.name, 'openai')}=URL)")
-            self.on_failure(Caller(live.live_id or ""), 502, message)
-            return web.Response(status=502, body=dialect.error_body(message, "no_upstream", 502),
-                                content_type="application/json", headers={"x-should-retry": "false"})
-        url = upstream_url(base, path)
-        if base not in self.hosts:
-            self.hosts[base] = host_of(base)
+        url = self._url(dialect, path)
+        if url is None:
+            self.on_failure(Caller(live.live_id or ""), 502, no_upstream(dialect))
+            return _no_upstream_response(dialect)
         self.live_calls += 1
         self._calling += 1
         try:
             return await self._forward(request, url, body, dialect, neutral, live)
         finally:
             self._calling -= 1
+
+    async def count_tokens(self, request: web.Request, path: str, body: bytes) -> web.StreamResponse:
+        """Forward Anthropic's `count_tokens` (`path` as for `call`); a count the upstream gave is kept
+        (`_keep_count`) and written with the recording. Not one of the run's model calls: a failed
+        count is passed back and not kept, and fails nothing (clients then count locally)."""
+        url = self._url(ANTHROPIC, path)
+        if url is None:
+            return _no_upstream_response(ANTHROPIC)
+        self._calling += 1  # a count still in flight when the run ends would be lost: then nothing is written
+        try:
+            response = await self.forwarder.forward(request, url, body, None, None)
+            pair = counted_pair(body, response)
+            if pair is not None:
+                self._keep_count(*pair)
+            return response
+        finally:
+            self._calling -= 1
+
+    def _url(self, dialect: Dialect, path: str) -> str | None:
+        """Where a call under the base root goes upstream; None when no upstream is given for it."""
+        base = self.upstreams.base_for(dialect)
+        if base is None:
+            return None
+        if base not in self.hosts:
+            self.hosts[base] = host_of(base)
+        return upstream_url(base, path)
+
+    @abstractmethod
+    def _keep_count(self, request: Any, response: Any) -> None:
+        """Keep a `count_tokens` request and the upstream's count for the recording."""
 
     @abstractmethod
     async def _forward(self, request: web.Request, url: str, body: bytes, dialect: Dialect, neutral: Request,
@@ -205,11 +232,16 @@ class TreeRecording(RunRecording):
     """A run that records from scratch, as `mockllm record` does (routing, lineage, secrets)."""
 
     def __init__(self, mode: str, name: str, folder: Path, upstreams: Upstreams, client: aiohttp.ClientSession,
-                 on_failure: OnFailure, cwd: str | None, session_headers: tuple[str, ...]) -> None:
+                 on_failure: OnFailure, cwd: str | None, session_headers: tuple[str, ...],
+                 side_routes: Sequence[SideRouteSpec] = ()) -> None:
+        """`side_routes`: the server's and the scenario's; their models' calls are written as side routes'
+        scripts (`side.MODEL.json`, declared in `mockllm.json`), as `mockllm record --side-route` writes them."""
         super().__init__(mode, name, folder, upstreams, client, on_failure, cwd)
         self.make_parents()
         # Not durable call by call: the folder is renamed into place only once complete and closed.
-        self.tree = SessionTree(self.staging, redactor=self.redactor, cwd=bool(cwd), durable=False)
+        self.tree = SessionTree(self.staging, redactor=self.redactor, cwd=bool(cwd), durable=False,
+                                side_routes=tuple(r.model for r in side_routes),
+                                repeating=frozenset(r.model for r in side_routes if r.repeat))
         # Written when the run ends: its calls are decoded then, off every client's path.
         self.recorder = Recorder.into(self.tree, "", client, session_headers, on_failure, defer=True)
 
@@ -221,6 +253,9 @@ class TreeRecording(RunRecording):
                        live: Live) -> web.StreamResponse:
         return await self.recorder.forward(request, dialect, body=body, neutral=neutral, url=url)
 
+    def _keep_count(self, request: Any, response: Any) -> None:
+        self.tree.record_count(request, response)
+
     @property
     def recorded(self) -> bool:
         return bool(self.tree.sessions) or bool(self.tree.side.files)
@@ -230,100 +265,23 @@ class TreeRecording(RunRecording):
         if self.tree.failures:
             raise RecordError(f"{len(self.tree.failures)} write(s) failed: {self.tree.failures[0]}")
         sessions = [s.file for s in self.tree.sessions.values()]
-        return f"recorded {len(sessions)} session(s) ({', '.join(sessions)}), {self.live_calls} call(s), in " \
-               f"{self.folder}"
+        side = f" and side route(s) {', '.join(self.tree.side.files)}" if self.tree.side.files else ""
+        return f"recorded {len(sessions)} session(s) ({', '.join(sessions)}){side}, {self.live_calls} call(s), " \
+               f"in {self.folder}"
 
     def discard(self) -> None:
         self.tree.abandon()
         super().discard()
 
 
-class EpisodeRecording(RunRecording):
-    """A new_episodes run: the calls its recording could not serve, per live session."""
+def no_upstream(dialect: Dialect) -> str:
+    return (f"no upstream for {dialect.name} calls to record; give one with --upstream URL (or "
+            f"{DIALECT_PROVIDERS.get(dialect.name, 'openai')}=URL)")
 
-    def __init__(self, scenario: Scenario, upstreams: Upstreams, client: aiohttp.ClientSession,
-                 on_failure: OnFailure, cwd: str | None) -> None:
-        super().__init__("new_episodes", scenario.name, scenario.path, upstreams, client, on_failure, cwd)
-        self.scenario = scenario
-        self.sessions: dict[str, LiveSession] = {}  # by live id, in the order they went live
-        self._forwarder = Forwarder(client, self, on_failure, defer=True)
-        self._arrivals = 0
 
-    @property
-    def forwarder(self) -> Forwarder:
-        return self._forwarder
-
-    async def _forward(self, request: web.Request, url: str, body: bytes, dialect: Dialect, neutral: Request,
-                       live: Live) -> web.StreamResponse:
-        live_id = live.live_id or ""
-        session = self.sessions.get(live_id)
-        if session is None:
-            script = live.session
-            session = self.sessions[live_id] = LiveSession(
-                live_id, script.file if script else None, script.path if script else None, live.served,
-                lineage_of(request.headers).parent,
-                recorded_id=live_id if live.named else str(uuid.uuid4()))
-        self._arrivals += 1
-        call = ObservedCall([], False, now_ms(), arrival=self._arrivals)  # its inputs are read when it is recorded
-        return await self._forwarder.forward(request, url, body, dialect, Target(Caller(live_id), call, neutral))
-
-    # -- the Sink the forwarder records into ------------------------------------------------------
-
-    def record(self, caller: Caller, call: ObservedCall) -> None:
-        self.sessions[caller.session].calls.append(call)
-
-    def record_failure(self, caller: Caller, call: ObservedCall, failed: Failed) -> None:
-        # Statuses the forwarder let through (a 400, say) are still not an episode worth keeping.
-        if failed.status < 500 and failed.status not in (401, 403, 407, 429):
-            self.on_failure(caller, failed.status, f"the upstream answered {failed.status} {failed.code}: "
-                            f"{failed.message}")
-
-    def record_cut(self, caller: Caller, call: ObservedCall, failure: Failure) -> None:
-        """Told to `on_failure` by the forwarder already: nothing to keep."""
-
-    @property
-    def recorded(self) -> bool:
-        return any(s.calls for s in self.sessions.values())
-
-    def _write(self) -> str:
-        shutil.copytree(self.folder, self.staging, copy_function=shutil.copy2)
-        primary = self.scenario.primary
-        continued, added = [], []
-        for session in self.sessions.values():
-            if not session.calls or session.path is None:
-                continue
-            calls = sorted(session.calls, key=lambda c: c.arrival)
-            (self.staging / session.path.name).write_bytes(
-                continued_log(session.path, session.served, calls, self.redactor))
-            if session.file == primary.file and (self.staging / SIDECAR_FILE).is_file():
-                trim_sidecar(self.staging / SIDECAR_FILE, session.served)
-            continued.append(f"{session.file} from call {session.served + 1}")
-        number = next_child_number(self.staging)
-        created = max((s.created_at for s in self.scenario.sessions), default=0)
-        for session in self.sessions.values():
-            if session.path is not None or not session.calls:
-                continue
-            created = max(created + 1, session.calls[0].started)
-            header = SessionHeader(session.recorded_id, created, cwd=self._cwd_field(),
-                                   parent_session=self._parent_of(session))
-            added.append(write_new_session(self.staging, session, number, header, self.redactor))
-            number += 1
-        parts = [f"continued {', '.join(continued)}" if continued else "",
-                 f"added {', '.join(added)}" if added else ""]
-        return f"rewrote {self.folder} with {self.live_calls} live call(s): " + "; ".join(p for p in parts if p)
-
-    def _parent_of(self, session: LiveSession) -> str:
-        """A new session's parent: the session its first call named (by its recorded id), else the primary."""
-        named = self.sessions.get(session.parent or "")
-        if named is not None:
-            return named.recorded_id if named.path is None else next(
-                s.id for s in self.scenario.sessions if s.file == named.file)
-        recorded = next((s.id for s in self.scenario.sessions if s.id == session.parent), None)
-        return recorded or self.scenario.primary.id
-
-    def _cwd_field(self) -> str | None:
-        header = self.scenario.primary.header
-        return header.cwd if header is not None else None
+def _no_upstream_response(dialect: Dialect) -> web.Response:
+    return web.Response(status=502, body=dialect.error_body(no_upstream(dialect), "no_upstream", 502),
+                        content_type="application/json", headers={"x-should-retry": "false"})
 
 
 def stamp(folder: Path, mode: str, hosts: list[str]) -> None:

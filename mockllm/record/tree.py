@@ -1,5 +1,5 @@
-"""The session tree being recorded: its sessions, their lineage, their logs, the primary's sidecar
-and the side routes.
+"""The session tree being recorded: its sessions, their lineage, their logs, the primary's sidecar,
+the side routes and Anthropic's token counts (`count_tokens.json`, rewritten whole on each new count).
 
 A session exists from its first recorded call (a call the upstream never answered creates
 nothing, so a replay never binds a session with no calls). Where it goes in the tree is decided
@@ -27,6 +27,7 @@ event loop it would hold back every stream the proxy is forwarding meanwhile. Th
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from collections.abc import Callable
@@ -39,7 +40,7 @@ import msgspec
 
 from mockllm.dsh.chunks import Failure, FinishChunk, FinishReason, StreamChunk
 from mockllm.dsh.header import InheritedEventCount, SessionHeader
-from mockllm.dsh.names import LOG_PREFIX, MANIFEST_FILE, PRIMARY_FILE, SIDECAR_FILE, child_file
+from mockllm.dsh.names import COUNT_TOKENS_FILE, LOG_PREFIX, MANIFEST_FILE, PRIMARY_FILE, SIDECAR_FILE, child_file
 from mockllm.dsh.reader import Event
 from mockllm.dsh.writer import EventLike, SessionWriter
 from mockllm.errors import AlreadyRecorded, RecordError
@@ -48,6 +49,7 @@ from mockllm.record.events import SessionEvents
 from mockllm.record.lineage import Layout, SessionFacts, facts_of, lay_out
 from mockllm.record.redact import Redactor, redact_chunks
 from mockllm.record.side import SIDE_PREFIX, SideRoutes, write_json
+from mockllm.scenario.count_tokens import request_key, write_counts
 from mockllm.script.entries import ChunksEntry, Entry, ThrowEntry
 from mockllm.script.templates import CWD
 
@@ -95,8 +97,10 @@ class Failed:
 
 class SessionTree:
     def __init__(self, out: Path, *, pack: bool = False, redactor: Redactor | None = None,
-                 side_routes: tuple[str, ...] = (), cwd: bool = False, durable: bool = True) -> None:
-        """`side_routes`: the models recorded as side routes; `cwd`: the redactor writes `{{cwd}}` for
+                 side_routes: tuple[str, ...] = (), cwd: bool = False, durable: bool = True,
+                 repeating: frozenset[str] = frozenset()) -> None:
+        """`side_routes`: the models recorded as side routes (`repeating`: those declared to repeat their
+        last entry); `cwd`: the redactor writes `{{cwd}}` for
         the agent's folder, so headers say `"cwd": "{{cwd}}"` as dsh's do; `durable=False`: calls are
         not fsync'd one by one (a tree renamed into place when complete: see SessionWriter)."""
         self.out = out
@@ -111,11 +115,12 @@ class SessionTree:
         self.layout: Layout | None = None  # the finished tree's shape, once closed
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mockllm-record")
         self._arrivals = 0
-        self.side = SideRoutes(out, side_routes, self._submit)
+        self.side = SideRoutes(out, side_routes, self._submit, repeating)
+        self.counts: dict[bytes, tuple[Any, Any]] = {}  # count_tokens (request, answer) by request, as written
         try:
             out.mkdir(parents=True, exist_ok=True)
             taken = [p.name for p in out.iterdir() if p.name.startswith((LOG_PREFIX, SIDE_PREFIX))
-                     or p.name in (SIDECAR_FILE, MANIFEST_FILE)]
+                     or p.name in (SIDECAR_FILE, MANIFEST_FILE, COUNT_TOKENS_FILE)]
         except OSError as exc:
             raise RecordError(f"{out}: cannot record there ({exc.strerror or exc}); name a folder that can be "
                               "created, or a new or empty one") from None
@@ -184,6 +189,18 @@ class SessionTree:
             return
         self.record(caller, call)
         self._patch(self.sessions[caller.session], entry)
+
+    def record_count(self, request: Any, response: Any) -> None:
+        """A `count_tokens` request the upstream counted, with its answer: kept once per request (as
+        written, secrets masked), and `count_tokens.json` rewritten on the writer thread, in order
+        with the logs, so a crash keeps every count recorded before it."""
+        self._open()
+        request, response = self.redactor.value(request), self.redactor.value(response)
+        key = request_key(request)
+        if key in self.counts:  # an agent asks again for the same count: its first answer serves both
+            return
+        self.counts[key] = (request, response)
+        self._submit(functools.partial(write_counts, durable=self.durable), self.out, list(self.counts.values()))
 
     async def flushed(self) -> None:
         """Wait until everything recorded so far is on disk."""

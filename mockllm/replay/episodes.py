@@ -10,6 +10,7 @@ from mockllm.replay.journal import CallRecord
 from mockllm.replay.outcome import Live
 from mockllm.replay.report import WentLive
 from mockllm.scenario.load import Scenario
+from mockllm.scenario.side_routes import SideRoute
 
 
 class LiveSessions:
@@ -40,6 +41,17 @@ class LiveSessions:
         record.diverged = went.why if went.code == "request_diverged" else None
         script = next((s for s in self.scenario.sessions if s.file == went.session), None)
         return Live(record, went.live_id, script, went.call, named)
+
+    def side_route(self, record: CallRecord, route: SideRoute, call: int) -> Live:
+        """Call `call` (0-based) of a side route, past its script's end: it goes to the upstream, and its
+        answer is appended to the route's script when the recording is rewritten."""
+        live_id = f"side route {route.model}"
+        if live_id not in self.by_live_id:
+            self.by_live_id[live_id] = WentLive(route.file, live_id, call, "script_exhausted",
+                                                f"side route {route.model!r} ({route.file}) has {len(route.entries)} "
+                                                "entries")
+        record.kind, record.script, record.call = "live", route.file, call
+        return Live(record, live_id, None, call, side_route=route.model)
 
     def values(self) -> list[WentLive]:
         return list(self.by_live_id.values())

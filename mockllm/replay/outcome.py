@@ -19,12 +19,30 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
+from mockllm.replay.divergence import Divergence
+from mockllm.replay.faults import Fault
 from mockllm.replay.journal import CallRecord
 from mockllm.replay.pacing import Schedule
 from mockllm.scenario.load import SessionScript
 from mockllm.wire.reply import Reply
+
+
+class Assignment(NamedTuple):
+    """Which entry one call was given: the bound script and the 0-based entry index.
+
+    A named tuple: one is made per model call, and a frozen dataclass costs several times more.
+    """
+
+    script: int
+    call: int
+    session: SessionScript
+    live_id: str
+    divergence: Divergence | None = None
+    fault: Fault | None = None  # a fault this attempt meets
+    retry: bool = False  # a repeat of a call whose answer did not reach the client whole
+
 
 # A held call, as the run's report lists it: live session, file, call, and its ready file if any.
 HeldInfo = dict[str, Any]
@@ -78,6 +96,7 @@ class Live:
     session: SessionScript | None = None  # the recorded session it continues; None: one the recording lacks
     served: int = 0  # the recorded calls that session was served before it went live
     named: bool = False  # its live id came in a session header (else conversation routing made it up)
+    side_route: str | None = None  # under new_episodes, the side route (its model) it is a call of
 
 
 Outcome = Refusal | Whole | Stream | Hold | Live

@@ -8,7 +8,8 @@ the reply, its pacing schedule and whether it holds, and the faults asked for. I
 session's call order (not stream timing) fixes which entry it gets.
 
 Record modes: a run that records from scratch (`recording`) answers every call `Live`; under
-`new_episodes` a call the recording cannot serve is `Live`, and so is its session's next (`episodes`).
+`new_episodes` a call the recording cannot serve is `Live`, and so is its session's next (`episodes`),
+as is a side route's call past its script's end.
 
 Retries stay in step: a request that repeats a call whose answer did not reach the client whole
 (a status or cut fault answered it, or the client left mid-stream), in the same session, gets
@@ -25,7 +26,6 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from mockllm.errors import ReplayFailure, TemplateError
 from mockllm.options import Headerless, RunSettings
@@ -35,15 +35,15 @@ from mockllm.replay.catalog import Catalog
 from mockllm.replay.conversations import ConversationIndex
 from mockllm.replay.divergence import Divergence, diverged
 from mockllm.replay.episodes import LiveSessions
-from mockllm.replay.faults import Fault, FaultError, FaultPlan
+from mockllm.replay.faults import FaultError, FaultPlan
 from mockllm.replay.journal import CallRecord, Failures, Journal, RawHeaders
-from mockllm.replay.outcome import HeldInfo, Hold, Live, Outcome, Refusal, Stream, Whole
+from mockllm.replay.outcome import Assignment, HeldInfo, Hold, Live, Outcome, Refusal, Stream, Whole
 from mockllm.replay.pacing import plan_pacing, untimed_reason
 from mockllm.replay.report import FaultServed, Notice, PacingNote, WentLive
 from mockllm.replay.retries import digest, fault_headers, retry_count
 from mockllm.replay.review import schedule_review
 from mockllm.replay.routing import calling_session
-from mockllm.scenario.load import Scenario, SessionScript
+from mockllm.scenario.load import Scenario
 from mockllm.script.entries import HangEntry
 from mockllm.wire.dialect import Dialect
 from mockllm.wire.request import Request
@@ -51,21 +51,6 @@ from mockllm.wire.request import Request
 log = logging.getLogger("mockllm")
 
 ANONYMOUS = "anonymous"
-
-
-class Assignment(NamedTuple):
-    """Which entry one call was given: the bound script and the 0-based entry index.
-
-    A named tuple: one is made per model call, and a frozen dataclass costs several times more.
-    """
-
-    script: int
-    call: int
-    session: SessionScript
-    live_id: str
-    divergence: Divergence | None = None
-    fault: Fault | None = None  # a fault this attempt meets
-    retry: bool = False  # a repeat of a call whose answer did not reach the client whole
 
 
 @dataclass(slots=True)
@@ -153,8 +138,10 @@ class Run:
                     schedule_review(self)
                 script, index, file = assigned.script, assigned.call, assigned.session.file
             else:
-                index = self.take_side(side)
-                script, file = self.catalog.side_script(side), self.scenario.side_routes[side].file
+                side_index = self.take_side(side)
+                if side_index is None:  # new_episodes: past its script's end, a side route's calls go upstream
+                    return self.went_live.side_route(record, self.scenario.side_routes[side], self.side_calls[side] - 1)
+                script, index, file = self.catalog.side_script(side), side_index, self.scenario.side_routes[side].file
         except ReplayFailure as failure:
             # Past the end, the call number is the one asked for; an unrecorded session has no file.
             record.status, record.error, record.call = failure.status, failure.code, failure.call
@@ -309,8 +296,9 @@ class Run:
         if binding is not None and record.call is not None and outcome.cut_after is None:
             binding.incomplete = (record.call, digest(outcome.body))
 
-    def take_side(self, route: int) -> int:
-        """The entry a side route serves next (its own cursor; `repeat` serves the last one again)."""
+    def take_side(self, route: int) -> int | None:
+        """The entry a side route serves next (its own cursor; `repeat` serves the last one again); None
+        past its end under new_episodes (the call goes upstream)."""
         side = self.scenario.side_routes[route]
         call = self.side_calls[route]
         self.side_calls[route] += 1
@@ -318,6 +306,8 @@ class Run:
             return call
         if side.repeat and side.entries:
             return len(side.entries) - 1
+        if self.episodes:
+            return None
         raise self.fail(ReplayFailure(410, "script_exhausted", advice.side_exhausted(self.id, side, call), None, call))
 
     @contextlib.contextmanager

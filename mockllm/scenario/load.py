@@ -77,14 +77,16 @@ class Scenario:
     # (script, call) -> names of the tools that entry calls, filled on first use.
     _tools: dict[tuple[int, int], tuple[str, ...]] = field(default_factory=dict)
     _ids: dict[int, frozenset[str]] = field(default_factory=dict)
-    _counts: dict[bytes, bytes] | None = None
+    _counts: dict[str | None, dict[bytes, bytes]] = field(default_factory=dict)  # by the run's cwd
 
-    def token_count(self, request: Any) -> bytes | None:
-        """The recorded answer to a `count_tokens` request equal to `request`, if one was recorded
-        (the scenario's count_tokens.json, read on first use; RecordingError when it is broken)."""
-        if self._counts is None:
-            self._counts = load_counts(self.path)
-        return self._counts.get(request_key(request))
+    def token_count(self, request: Any, cwd: str | None = None) -> bytes | None:
+        """The recorded answer to a `count_tokens` request equal to `request` (`{{cwd}}` in recorded
+        ones read as the run's `cwd`), if one was recorded (the scenario's count_tokens.json, read on
+        first use per cwd; RecordingError when it is broken)."""
+        counts = self._counts.get(cwd)
+        if counts is None:
+            counts = self._counts[cwd] = load_counts(self.path, cwd)
+        return counts.get(request_key(request))
 
     def __post_init__(self) -> None:
         self.side_models = {route.model: number for number, route in enumerate(self.side_routes)}
@@ -175,12 +177,16 @@ def build_scenario(name: str, path: Path, primary: Path | None, children: Sequen
                    *, keep_logs: bool = False, side_routes: Sequence[SideRouteSpec] = ()) -> Scenario:
     """A scenario from explicit files (a folder's, or dsh's DSH_SNAPSHOT_* list); children in any
     order, ordered here as script order wants. A file outside `path` is named by its whole path.
-    Side routes are those `path`'s `mockllm.json` declares, then `side_routes`.
+    Side routes are those `path`'s `mockllm.json` declares, then `side_routes` for other models (a
+    scenario's own route for a model wins: a recording made on a server given `--side-route M=FILE`
+    declares its own script for M, and replays on that server).
     Raises ScenarioError listing every broken file."""
     problems: list[RecordingError] = []
     routes: list[SideRoute] = []
     try:
-        specs = [*read_manifest(path), *side_routes]
+        declared = read_manifest(path)
+        own = {spec.model for spec in declared}
+        specs = [*declared, *(spec for spec in side_routes if spec.model not in own)]
     except RecordingError as exc:
         problems.append(exc)
         specs = []

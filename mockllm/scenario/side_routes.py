@@ -7,7 +7,8 @@ cursor per run, and never touches a session's binding, cursor or conversation ro
 
 A scenario declares them in `mockllm.json`:
 `{"side_routes": [{"model": "title-model", "script": "replay.override.json", "repeat": false}]}`;
-`mockllm serve --side-route MODEL=FILE` adds one to every scenario served. The script is a file
+`mockllm serve --side-route MODEL=FILE` adds one to every scenario served that declares none for
+MODEL (a recording made on such a server declares its own). The script is a file
 of the scenario folder: a sidecar-format entry array, or a session log whose derived calls are the
 entries. A sidecar named as a route's script is that route's, not the primary's. A relative
 `--side-route` FILE is looked up in each scenario's folder, else in the current folder.

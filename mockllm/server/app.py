@@ -153,23 +153,31 @@ class MockServer:
 
         return answer
 
-    async def count_tokens(self, request: web.Request) -> web.Response:
-        """`POST …/v1/messages/count_tokens`: a recorded count for an equal request, else a 404 in
-        Anthropic's shape (clients then count locally)."""
+    async def count_tokens(self, request: web.Request) -> web.StreamResponse:
+        """`POST …/v1/messages/count_tokens`: a recorded count for an equal request; else, in a run
+        that records, the upstream's (kept for its recording); else a 404 in Anthropic's shape
+        (clients then count locally). A run recording from scratch asks the upstream every time."""
         run = self._run_for(request, ANTHROPIC)
         if not isinstance(run, Run):
             return run
         body = await read_body(request, self.max_body)
+        if body is None:
+            return mock_error(413, "request_too_large", f"request body over {self.max_body} bytes", dialect=ANTHROPIC)
         try:
             decoded = msgspec.json.decode(body or b"")
         except msgspec.DecodeError:
             return mock_error(400, "invalid_request", f"run {run.id}: the count_tokens body is not JSON",
                               dialect=ANTHROPIC)
-        try:
-            counted = run.scenario.token_count(decoded)
-        except RecordingError as exc:
-            return mock_error(422, "scenario_invalid", str(exc), dialect=ANTHROPIC)
+        counted = None
+        if not run.recording:
+            try:
+                counted = run.scenario.token_count(decoded, run.cwd)
+            except RecordingError as exc:
+                return mock_error(422, "scenario_invalid", str(exc), dialect=ANTHROPIC)
         if counted is None:
+            live = await self.live.count_tokens(request, run, body)
+            if live is not None:
+                return live
             return mock_error(404, "unrecorded_count_tokens", f"run {run.id}: no recorded count_tokens request of "
                               f"scenario {run.scenario.name} equals this one; count locally", dialect=ANTHROPIC)
         return web.Response(body=counted, content_type="application/json")

@@ -24,14 +24,16 @@ from aiohttp import web
 
 from mockllm.errors import ReplayFailure, ScenarioError
 from mockllm.options import ServeOptions
+from mockllm.record.episode_recording import EpisodeRecording
 from mockllm.record.forward import OnFailure
-from mockllm.record.recording import EpisodeRecording, RunRecording, TreeRecording, Upstreams
+from mockllm.record.recording import RunRecording, TreeRecording, Upstreams
 from mockllm.record.tree import Caller
 from mockllm.replay.outcome import Live
 from mockllm.replay.report import RecordingReport
 from mockllm.replay.run import Run
 from mockllm.replay.runs import Runs
 from mockllm.scenario.load import Suite, is_scenario, load_scenario, name_problem
+from mockllm.scenario.side_routes import SideRouteSpec
 from mockllm.server.mock_errors import mock_error
 from mockllm.wire import DEFAULT
 from mockllm.wire.dialect import Dialect
@@ -73,13 +75,21 @@ class LiveCalls:
         if mode == "new_episodes" and exists:
             run = self.runs.create(name, body, episodes=True)
             self.recordings[run.id] = EpisodeRecording(self.suite.scenarios[name], self.upstreams, self.client,
-                                                       _failing(run), cwd)
+                                                       _failing(run), cwd, run.bindings)
             return run
         folder = self.suite.folder_of(name)
         run = self.runs.create_recording(name, folder, body)
         self.recordings[run.id] = TreeRecording(mode, name, folder, self.upstreams, self.client, _failing(run), cwd,
-                                                self.options.all_session_headers)
+                                                self.options.all_session_headers, self._side_routes(name))
         return run
+
+    def _side_routes(self, name: str) -> list[SideRouteSpec]:
+        """The side routes a recording of scenario `name` keeps apart: those it declares (when it has a
+        recording: `rewrite` records it anew), and the server's `--side-route` ones."""
+        scenario = self.suite.scenarios.get(name)
+        declared = [SideRouteSpec(r.model, r.file, r.repeat) for r in scenario.side_routes] if scenario else []
+        models = {r.model for r in declared}
+        return [*declared, *(r for r in self.options.side_route_specs if r.model not in models)]
 
     def _not_loaded(self, name: str, mode: str) -> web.Response | None:
         if name in self.suite.broken:
@@ -123,12 +133,15 @@ class LiveCalls:
         if recording is None:  # the run ended while this call was on its way
             return mock_error(410, "run_ended", f"run {run.id} has ended; its recording takes no more calls",
                               dialect=dialect)
-        info = request.match_info
-        root = f"/runs/{info['run']}" if "run" in info else f"/scenarios/{info['name']}" if "name" in info else ""
-        path = request.path[len(root):]  # under the base root: `/v1/chat/completions`, `/api/chat`, …
-        if request.query_string:
-            path += "?" + request.query_string
-        return await recording.call(request, path, body, dialect, neutral, live)
+        return await recording.call(request, _under_root(request), body, dialect, neutral, live)
+
+    async def count_tokens(self, request: web.Request, run: Run, body: bytes) -> web.StreamResponse | None:
+        """Send a `count_tokens` call of a recording run upstream, keeping the count for its recording;
+        None when the run records nothing (it only replays)."""
+        recording = self.recordings.get(run.id)
+        if recording is None:
+            return None
+        return await recording.count_tokens(request, _under_root(request), body)
 
     async def end(self, run: Run, discard: str | None = None) -> RecordingReport | None:
         """The run ended: write its recording (unless `discard` says why not) and serve it from now on."""
@@ -163,6 +176,14 @@ class LiveCalls:
         self.recordings.clear()
         if self._client is not None:
             await self._client.close()
+
+
+def _under_root(request: web.Request) -> str:
+    """A request's path under its base root (`/v1/chat/completions`, `/api/chat`, …), query included."""
+    info = request.match_info
+    root = f"/runs/{info['run']}" if "run" in info else f"/scenarios/{info['name']}" if "name" in info else ""
+    path = request.path[len(root):]
+    return f"{path}?{request.query_string}" if request.query_string else path
 
 
 def _failing(run: Run) -> OnFailure:
