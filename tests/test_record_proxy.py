@@ -122,7 +122,7 @@ async def test_a_call_is_durable_when_it_ends_and_the_log_is_named_only_on_close
     await recorder.tree.flushed()
     assert files(out) == ["session.jsonl.partial"]
     await recorder.runner.cleanup()
-    await recorder.client.close()
+    await recorder.upstream.close()
     recorder.tree.abandon()  # what a crash leaves
     recovered = recover(out / "session.jsonl.partial")
     assert [len(s.entries) for s in load_scenario(out).sessions] == [2]

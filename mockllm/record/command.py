@@ -16,7 +16,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import aiohttp
 from aiohttp import web
 
 from mockllm.errors import RecordError
@@ -25,6 +24,7 @@ from mockllm.options import items, session_header_names
 from mockllm.record.proxy import Recorder, create_app
 from mockllm.record.redact import Redactor
 from mockllm.record.tree import SessionTree
+from mockllm.record.upstream import Upstream
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +48,10 @@ class RecordOptions:
 class RunningRecorder(RunningServer):
     """A started proxy; `base_url` is `http://host:port` (clients use `base_url + "/v1"`)."""
 
-    def __init__(self, runner: web.AppRunner, client: aiohttp.ClientSession, recorder: Recorder,
+    def __init__(self, runner: web.AppRunner, upstream: Upstream, recorder: Recorder,
                  host: str, port: int) -> None:
         super().__init__(runner, host, port)
-        self.client = client
+        self.upstream = upstream
         self.recorder = recorder
         self.tree = recorder.tree
 
@@ -60,7 +60,7 @@ class RunningRecorder(RunningServer):
         try:
             await super().close()
             await self.recorder.forwarder.settled()  # calls that ended are recorded before the tree closes
-            await self.client.close()
+            await self.upstream.close()
         finally:
             self.tree.close()
 
@@ -72,16 +72,15 @@ async def start_recorder(options: RecordOptions) -> RunningRecorder:
     tree = SessionTree(options.out, pack=options.pack, redactor=Redactor(options.redact, cwd=options.cwd),
                        side_routes=options.side_routes, cwd=bool(options.cwd))
     # No read timeout: an answer may stream (or be held) for as long as the upstream takes.
-    client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
-                                   auto_decompress=True)
-    recorder = Recorder.into(tree, options.upstream, client, session_header_names(options.session_headers))
+    upstream = Upstream()
+    recorder = Recorder.into(tree, options.upstream, upstream, session_header_names(options.session_headers))
     try:
         runner, port = await listen(create_app(recorder), options.host, options.port)
     except BaseException:
-        await client.close()
+        await upstream.close()
         tree.close()
         raise
-    return RunningRecorder(runner, client, recorder, options.host, port)
+    return RunningRecorder(runner, upstream, recorder, options.host, port)
 
 
 def record_forever(options: RecordOptions) -> int:

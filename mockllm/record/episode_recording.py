@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from mockllm.dsh.chunks import Failure
@@ -38,6 +37,7 @@ from mockllm.record.recording import RunRecording, Upstreams
 from mockllm.record.redact import redact_chunks
 from mockllm.record.side import continue_route
 from mockllm.record.tree import Caller, Failed
+from mockllm.record.upstream import Exchange, Upstream
 from mockllm.replay.binding import Binding
 from mockllm.replay.outcome import Live
 from mockllm.scenario.count_tokens import read_counts, request_key, write_counts
@@ -50,7 +50,7 @@ from mockllm.wire.request import Request
 class EpisodeRecording(RunRecording):
     """A new_episodes run: the calls its recording could not serve, per live session."""
 
-    def __init__(self, scenario: Scenario, upstreams: Upstreams, client: aiohttp.ClientSession,
+    def __init__(self, scenario: Scenario, upstreams: Upstreams, client: Upstream,
                  on_failure: OnFailure, cwd: str | None, bindings: Mapping[str, Binding]) -> None:
         """`bindings`: the run's, by live id (live: a fork's parent's calls so far are read from it)."""
         super().__init__("new_episodes", scenario.name, scenario.path, upstreams, client, on_failure, cwd)
@@ -67,7 +67,8 @@ class EpisodeRecording(RunRecording):
         return self._forwarder
 
     async def _forward(self, request: web.Request, url: str, body: bytes, dialect: Dialect, neutral: Request,
-                       live: Live) -> web.StreamResponse:
+                       live: Live, early: Exchange | None) -> web.StreamResponse:
+        # `early` is always None: a new_episodes run decides what goes upstream only once it has routed it.
         self._arrivals += 1
         call = ObservedCall([], False, now_ms(), arrival=self._arrivals)  # its inputs are read when it is recorded
         if live.side_route is not None:  # no session's: the route's script is continued

@@ -27,10 +27,9 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple, Protocol
 
-import aiohttp
 import msgspec
 from aiohttp import web
 from multidict import CIMultiDict
@@ -38,6 +37,7 @@ from multidict import CIMultiDict
 from mockllm.dsh.chunks import Failure, FinishChunk, FinishReason
 from mockllm.record.call import ObservedCall, TimedChunk, read_inputs
 from mockllm.record.tree import Caller, Failed
+from mockllm.record.upstream import Answer, Exchange, Upstream, UpstreamCut, UpstreamError
 from mockllm.wire import DEFAULT
 from mockllm.wire.dialect import Dialect, FrameReader, SSEEvent, StreamDecoder
 from mockllm.wire.request import Request, system_text
@@ -47,6 +47,7 @@ log = logging.getLogger("mockllm.record.command")
 # Hop-by-hop and framing headers: each side of the proxy sets its own.
 _HOP = frozenset(("host", "connection", "keep-alive", "transfer-encoding", "content-length", "te", "trailer",
                   "upgrade", "proxy-authorization", "proxy-connection", "accept-encoding", "content-encoding"))
+_HOP_BYTES = frozenset(name.encode() for name in _HOP)
 # Upstream answers a record-mode run must not keep: the recording would replay a refusal, not the agent.
 UNKEPT_STATUSES = frozenset({401, 403, 407, 429})
 # SSE events decoded between two yields to the loop (~15 us each): a slice stays well under 0.5 ms.
@@ -83,9 +84,9 @@ Work = Callable[..., Iterator[None]]
 
 
 class Forwarder:
-    def __init__(self, client: aiohttp.ClientSession, sink: Sink, on_failure: OnFailure | None = None, *,
+    def __init__(self, upstream: Upstream, sink: Sink, on_failure: OnFailure | None = None, *,
                  defer: bool = False) -> None:
-        self.client = client
+        self.upstream = upstream
         self.sink = sink
         self.on_failure = on_failure
         self.defer = defer  # record calls only when `settle` is called (a record-mode run, written at its end)
@@ -110,22 +111,32 @@ class Forwarder:
             work, args = self._pending.popleft()
             self._run(work, args, all_at_once=True)
 
+    def start(self, request: web.Request, url: str, body: bytes) -> Exchange:
+        """Begin forwarding a request: sent now if a kept-alive connection to its upstream is idle
+        (`Upstream.start`), so the caller's own work on it overlaps the upstream's."""
+        return self.upstream.start(request.method, url, forwarded(request.raw_headers), body)
+
     async def forward(self, request: web.Request, url: str, body: bytes, dialect: Dialect | None,
-                      target: Target | None) -> web.StreamResponse:
-        """Send the call to `url` and answer the client as the upstream answers; `target` None: pass it
-        on and record nothing (a request no dialect reads, `GET /v1/models`, ...)."""
+                      target: Target | None, exchange: Exchange | None = None) -> web.StreamResponse:
+        """Send the call to `url` (or take the `exchange` begun for it by `start`) and answer the client
+        as the upstream answers; `target` None: pass it on and record nothing (a request no dialect
+        reads, `GET /v1/models`, ...)."""
         try:
-            upstream = await self.client.request(request.method, url, data=body, headers=forwarded(request.headers))
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            if exchange is None:
+                exchange = self.start(request, url, body)
+            upstream = await exchange.answer()
+        except UpstreamError as exc:
             # Nothing was answered, so nothing is recorded: the call never happened as far as replay goes.
-            message = f"cannot reach the upstream {url}: {str(exc) or type(exc).__name__}"
+            if exchange is not None:
+                exchange.close()
+            message = f"cannot reach the upstream {url}: {exc}"
             log.warning("mockllm record: %s", message)
             if target is not None:
                 self._failed(target.caller, 502, message)
             error = (dialect or DEFAULT).error_body(f"mockllm record: {message}", "upstream_unreachable", 502)
             return web.Response(status=502, body=error, content_type="application/json",
                                 headers={"x-should-retry": "false"})
-        async with upstream:
+        try:
             if dialect is None or target is None:
                 return await _relay(request, upstream)
             if upstream.status >= 400:
@@ -141,20 +152,25 @@ class Forwarder:
             response = await _relay(request, upstream)
             self._later(self._record_whole, dialect, _bytes(response), target)
             return response
+        finally:
+            exchange.close()
 
-    async def _stream(self, request: web.Request, upstream: aiohttp.ClientResponse, dialect: Dialect,
+    async def _stream(self, request: web.Request, upstream: Answer, dialect: Dialect,
                       target: Target) -> web.StreamResponse:
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
                                       headers=returned(upstream.headers))
         pieces: list[tuple[int, bytes]] = []  # (arrival ms, bytes) of every piece passed on, not yet decoded
         keep = pieces.append
-        decoder, reader = dialect.stream_decoder(), dialect.frame_reader()
+        decoder = reader = None  # made after the first piece is passed on: not on the first byte's path
         ending = "done"
         try:
             await response.prepare(request)
-            async for piece in upstream.content.iter_any():
+            async for piece in upstream.iter_any():
                 await response.write(piece)  # first: the client never waits for the recorder
+                if decoder is None:
+                    decoder, reader = dialect.stream_decoder(), dialect.frame_reader()
                 if decoder.chains:  # its id must be known before the request that continues it arrives
+                    assert reader is not None
                     self._decode(decoder, reader.feed(piece), target.call, now_ms(), target.caller)
                 else:
                     keep((now_ms(), piece))
@@ -162,9 +178,12 @@ class Forwarder:
         except (asyncio.CancelledError, ConnectionResetError):
             ending = "left"  # the client went away: before the answer's end (an agent cancelling), or after it
             raise
-        except aiohttp.ClientPayloadError:
+        except UpstreamCut:
             ending = "cut"  # the upstream broke off; the client sees the same cut
         finally:
+            if decoder is None:
+                decoder, reader = dialect.stream_decoder(), dialect.frame_reader()
+            assert reader is not None
             self._later(self._record_stream, decoder, reader, pieces, now_ms(), ending, target)
         return response
 
@@ -282,22 +301,18 @@ def _named(caller: Caller) -> str:
     return f"side route {caller.side_route}" if caller.side_route is not None else f"session {caller.session}"
 
 
-def forwarded(headers: Mapping[str, str]) -> CIMultiDict[str]:
+def forwarded(raw_headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """The client's headers as the upstream gets them: secrets included (they are forwarded, never
-    written), hop-by-hop ones left to each side of the proxy."""
-    out: CIMultiDict[str] = CIMultiDict()
-    for name, value in headers.items():
-        if name.lower() not in _HOP:
-            out.add(name, value)
-    out["Accept-Encoding"] = "identity"  # the recorder reads the stream it forwards
-    return out
+    written), hop-by-hop ones left to each side of the proxy (`Upstream.start` writes its own Host,
+    Content-Length and `Accept-Encoding: identity`: the recorder reads the stream it forwards)."""
+    return [(name, value) for name, value in raw_headers if name.lower() not in _HOP_BYTES]
 
 
 def returned(headers: Mapping[str, str]) -> CIMultiDict[str]:
     return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in _HOP)
 
 
-async def _relay(request: web.Request, upstream: aiohttp.ClientResponse) -> web.Response:
+async def _relay(request: web.Request, upstream: Answer) -> web.Response:
     """A whole upstream answer, passed on as it came."""
     body = await upstream.read()
     return web.Response(status=upstream.status, reason=upstream.reason, body=body, headers=returned(upstream.headers))

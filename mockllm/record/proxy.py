@@ -30,6 +30,7 @@ from mockllm.errors import RecordError, RequestError
 from mockllm.record.call import ObservedCall, observe
 from mockllm.record.forward import Forwarder, OnFailure, Target, now_ms, offers_tools
 from mockllm.record.tree import Caller, Lineage, SessionTree
+from mockllm.record.upstream import Exchange, Upstream
 from mockllm.replay.conversations import ConversationIndex
 from mockllm.replay.routing import calling_session, header_session
 from mockllm.wire import DIALECTS
@@ -57,9 +58,9 @@ class Recorder:
         self._headerless: dict[str, str] = {}  # conversation live id -> recorded session id
 
     @classmethod
-    def into(cls, tree: SessionTree, upstream: str, client: Any, session_headers: tuple[str, ...],
+    def into(cls, tree: SessionTree, upstream: str, client: Upstream, session_headers: tuple[str, ...],
              on_failure: OnFailure | None = None, *, defer: bool = False) -> Recorder:
-        """A recorder writing `tree`, forwarding with the aiohttp `client` (`defer`: see `Forwarder`)."""
+        """A recorder writing `tree`, forwarding through `client` (`defer`: see `Forwarder`)."""
         return cls(tree, upstream, Forwarder(client, tree, on_failure, defer=defer), session_headers)
 
     def session_of(self, headers: Mapping[str, str], request: Request) -> str:
@@ -74,9 +75,11 @@ class Recorder:
         return self._headerless[live_id]
 
     async def forward(self, request: web.Request, dialect: Dialect | None, *, body: bytes | None = None,
-                      neutral: Request | None = None, url: str | None = None) -> web.StreamResponse:
+                      neutral: Request | None = None, url: str | None = None,
+                      exchange: Exchange | None = None) -> web.StreamResponse:
         """Forward one call (to `url`, else where `upstream_url` says) and record it; `body` and
-        `neutral` when the caller has read and decoded the request already."""
+        `neutral` when the caller has read and decoded the request already, `exchange` when it has
+        begun sending it (`Forwarder.start`)."""
         if body is None:
             body = await request.read()
         if dialect is not None and neutral is None:
@@ -100,7 +103,7 @@ class Recorder:
                 target = Target(caller, observe(neutral.tail, started, arrival=arrival,
                                                 offers_tools=offers_tools(neutral),
                                                 system=system_text(neutral.messages) if first else None))
-        return await self.forwarder.forward(request, url, body, dialect, target)
+        return await self.forwarder.forward(request, url, body, dialect, target, exchange)
 
     async def count_tokens(self, request: web.Request, *, body: bytes | None = None,
                            url: str | None = None) -> web.StreamResponse:

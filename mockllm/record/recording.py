@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import aiohttp
 from aiohttp import web
 
 from mockllm.dsh.names import MANIFEST_FILE, PRIMARY_FILE, SIDECAR_FILE
@@ -48,6 +47,7 @@ from mockllm.record.proxy import Recorder, counted_pair, upstream_url
 from mockllm.record.redact import Redactor
 from mockllm.record.side import write_json
 from mockllm.record.tree import Caller, SessionTree
+from mockllm.record.upstream import Exchange, Upstream
 from mockllm.replay.outcome import Live
 from mockllm.replay.report import RecordingReport
 from mockllm.scenario.side_routes import SideRouteSpec
@@ -98,7 +98,7 @@ def mockllm_version() -> str:
 class RunRecording(ABC):
     """One run's recording: `call` forwards a live call, `finish` writes (or discards) the scenario."""
 
-    def __init__(self, mode: str, name: str, folder: Path, upstreams: Upstreams, client: aiohttp.ClientSession,
+    def __init__(self, mode: str, name: str, folder: Path, upstreams: Upstreams, client: Upstream,
                  on_failure: OnFailure, cwd: str | None) -> None:
         self.mode = mode
         self.name = name
@@ -116,9 +116,15 @@ class RunRecording(ABC):
         # when nothing is written, so a failed first recording leaves no trace.
         self._made: list[Path] = []
 
+    def send_early(self, request: web.Request, path: str, body: bytes, dialect: Dialect) -> Exchange | None:
+        """Begin forwarding a call before it is routed (`path` as for `call`); None: no upstream for it."""
+        url = self._url(dialect, path)
+        return self.forwarder.start(request, url, body) if url is not None else None
+
     async def call(self, request: web.Request, path: str, body: bytes, dialect: Dialect, neutral: Request,
-                   live: Live) -> web.StreamResponse:
-        """Forward one live call to its upstream (`path`: under the base root, query included)."""
+                   live: Live, early: Exchange | None = None) -> web.StreamResponse:
+        """Forward one live call to its upstream (`path`: under the base root, query included), or take
+        the `early` exchange `send_early` began for it."""
         url = self._url(dialect, path)
         if url is None:
             self.on_failure(Caller(live.live_id or ""), 502, no_upstream(dialect))
@@ -126,7 +132,7 @@ class RunRecording(ABC):
         self.live_calls += 1
         self._calling += 1
         try:
-            return await self._forward(request, url, body, dialect, neutral, live)
+            return await self._forward(request, url, body, dialect, neutral, live, early)
         finally:
             self._calling -= 1
 
@@ -162,7 +168,7 @@ class RunRecording(ABC):
 
     @abstractmethod
     async def _forward(self, request: web.Request, url: str, body: bytes, dialect: Dialect, neutral: Request,
-                       live: Live) -> web.StreamResponse: ...
+                       live: Live, early: Exchange | None) -> web.StreamResponse: ...
 
     @property
     @abstractmethod
@@ -231,7 +237,7 @@ class RunRecording(ABC):
 class TreeRecording(RunRecording):
     """A run that records from scratch, as `mockllm record` does (routing, lineage, secrets)."""
 
-    def __init__(self, mode: str, name: str, folder: Path, upstreams: Upstreams, client: aiohttp.ClientSession,
+    def __init__(self, mode: str, name: str, folder: Path, upstreams: Upstreams, client: Upstream,
                  on_failure: OnFailure, cwd: str | None, session_headers: tuple[str, ...],
                  side_routes: Sequence[SideRouteSpec] = ()) -> None:
         """`side_routes`: the server's and the scenario's; their models' calls are written as side routes'
@@ -250,8 +256,8 @@ class TreeRecording(RunRecording):
         return self.recorder.forwarder
 
     async def _forward(self, request: web.Request, url: str, body: bytes, dialect: Dialect, neutral: Request,
-                       live: Live) -> web.StreamResponse:
-        return await self.recorder.forward(request, dialect, body=body, neutral=neutral, url=url)
+                       live: Live, early: Exchange | None) -> web.StreamResponse:
+        return await self.recorder.forward(request, dialect, body=body, neutral=neutral, url=url, exchange=early)
 
     def _keep_count(self, request: Any, response: Any) -> None:
         self.tree.record_count(request, response)

@@ -106,19 +106,24 @@ class MockServer:
         body = await read_body(request, self.max_body)
         if body is None:
             return mock_error(413, "request_too_large", f"request body over {self.max_body} bytes", dialect=dialect)
+        early = self.live.send_early(request, run, dialect, body) if run.recording else None
         try:
             call = dialect.decode_routed(body, request.match_info)
-        except RequestError as exc:
-            return mock_error(400, "invalid_request", f"run {run.id}: {exc}", dialect=dialect)
-        session = header_session(request.headers, self.session_headers)
-        outcome = run.answer(session, call, dialect, request.raw_headers, body)
+            session = header_session(request.headers, self.session_headers)
+            outcome = run.answer(session, call, dialect, request.raw_headers, body)
+        except BaseException as exc:
+            if early is not None:  # begun for nothing: its connection is dropped
+                early.close()
+            if isinstance(exc, RequestError):
+                return mock_error(400, "invalid_request", f"run {run.id}: {exc}", dialect=dialect)
+            raise
         record = outcome.record
         hub = self.hub
         if hub.watched:  # an inspector page is open: the cursor just moved
             hub.touched(run.id)
         try:
             if isinstance(outcome, Live):  # a record mode: the upstream answers
-                response = await self.live.call(request, run, dialect, call, body, outcome)
+                response = await self.live.call(request, run, dialect, call, body, outcome, early)
                 record.status = response.status
                 return response
             return await self.writer.write(request, run, dialect, outcome)

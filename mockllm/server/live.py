@@ -19,7 +19,6 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from mockllm.errors import ReplayFailure, ScenarioError
@@ -28,6 +27,7 @@ from mockllm.record.episode_recording import EpisodeRecording
 from mockllm.record.forward import OnFailure
 from mockllm.record.recording import RunRecording, TreeRecording, Upstreams
 from mockllm.record.tree import Caller
+from mockllm.record.upstream import Exchange, Upstream
 from mockllm.replay.outcome import Live
 from mockllm.replay.report import RecordingReport
 from mockllm.replay.run import Run
@@ -50,16 +50,8 @@ class LiveCalls:
         self.options = options
         self.upstreams = Upstreams(options.upstream)
         self.recordings: dict[str, RunRecording] = {}  # by run id
-        self._client: aiohttp.ClientSession | None = None
-
-    @property
-    def client(self) -> aiohttp.ClientSession:
-        """The upstream client, made on first use (on the server's loop). No read timeout: an answer
-        may stream for as long as the upstream takes."""
-        if self._client is None:
-            self._client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
-                                                 auto_decompress=True)
-        return self._client
+        # No read timeout: an answer may stream for as long as the upstream takes.
+        self.client = Upstream()
 
     def open_run(self, name: str, body: Mapping[str, Any]) -> Run | web.Response:
         """A new run of scenario `name` as its record mode has it (see the table above), or the error
@@ -126,14 +118,24 @@ class LiveCalls:
             return f"{folder} exists and is not a scenario: it is not replaced; name another scenario"
         return None
 
+    def send_early(self, request: web.Request, run: Run, dialect: Dialect, body: bytes) -> Exchange | None:
+        """A run that records from scratch sends every call upstream: begin it before the call is
+        decoded and routed (sent at once on an idle kept-alive connection), so that work overlaps the
+        upstream's and adds nothing to the first byte. None: the run does not record from scratch."""
+        recording = self.recordings.get(run.id) if run.recording else None
+        return recording.send_early(request, _under_root(request), body, dialect) if recording else None
+
     async def call(self, request: web.Request, run: Run, dialect: Dialect, neutral: Request, body: bytes,
-                   live: Live) -> web.StreamResponse:
-        """Send a live call to the upstream and stream its answer back, recording it for the run."""
+                   live: Live, early: Exchange | None = None) -> web.StreamResponse:
+        """Send a live call to the upstream (or take its `early` exchange) and stream its answer back,
+        recording it for the run."""
         recording = self.recordings.get(run.id)
         if recording is None:  # the run ended while this call was on its way
+            if early is not None:
+                early.close()
             return mock_error(410, "run_ended", f"run {run.id} has ended; its recording takes no more calls",
                               dialect=dialect)
-        return await recording.call(request, _under_root(request), body, dialect, neutral, live)
+        return await recording.call(request, _under_root(request), body, dialect, neutral, live, early)
 
     async def count_tokens(self, request: web.Request, run: Run, body: bytes) -> web.StreamResponse | None:
         """Send a `count_tokens` call of a recording run upstream, keeping the count for its recording;
@@ -174,8 +176,7 @@ class LiveCalls:
         for recording in self.recordings.values():
             recording.discard()
         self.recordings.clear()
-        if self._client is not None:
-            await self._client.close()
+        await self.client.close()
 
 
 def _under_root(request: web.Request) -> str:
