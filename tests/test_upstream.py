@@ -162,3 +162,12 @@ async def test_an_answer_that_is_not_http_is_an_upstream_error() -> None:
         with pytest.raises(UpstreamError, match=r"did not answer in HTTP/1\.1"):
             await fetch(upstream, base + "/x")
         await upstream.close()
+
+
+async def test_a_url_that_is_not_http_fails_when_its_answer_is_awaited() -> None:
+    upstream = Upstream()
+    exchange = upstream.start("POST", "localhost:8080/v1/chat/completions", [], b"{}")
+    assert not exchange.sent
+    with pytest.raises(UpstreamError, match="not an http"):
+        await exchange.answer()
+    exchange.close()

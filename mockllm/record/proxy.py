@@ -82,12 +82,14 @@ class Recorder:
         begun sending it (`Forwarder.start`)."""
         if body is None:
             body = await request.read()
+        url = url or self.upstream_url(request.path_qs)
+        if exchange is None:  # sent now on an idle connection: decoding and routing overlap the upstream's work
+            exchange = self.forwarder.start(request, url, body)
         if dialect is not None and neutral is None:
             try:
                 neutral = dialect.decode_routed(body, request.match_info)
             except RequestError as exc:
                 log.warning("%s: not recorded: %s", request.path, exc)
-        url = url or self.upstream_url(request.path_qs)
         # Routed and numbered as it arrives, before it is forwarded: the order answers end in must
         # not decide which session a request joins, nor the order of sessions in the tree. What it
         # brings is read then too, unless the call is recorded later anyway (`defer`).

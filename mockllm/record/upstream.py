@@ -63,8 +63,8 @@ class Upstream:
         written now on an idle connection to its origin, else when its answer is awaited."""
         parts = urlsplit(url)
         scheme = parts.scheme.lower()
-        if scheme not in ("http", "https") or not parts.hostname:
-            raise UpstreamError(f"not an http(s) URL: {url}")
+        if scheme not in ("http", "https") or not parts.hostname:  # told when its answer is awaited
+            return Exchange(self, (scheme, "", 0), b"", False, UpstreamError(f"not an http(s) URL: {url}"))
         origin = (scheme, parts.hostname, parts.port or (443 if scheme == "https" else 80))
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         host = parts.netloc.rpartition("@")[2]  # never the URL's credentials
@@ -117,11 +117,13 @@ class Exchange:
     """One request and its answer. `await answer()` for the head; the caller then reads the body
     (`iter_any`, `read`) and `close`s it (a connection read to its end goes back to the pool)."""
 
-    def __init__(self, upstream: Upstream, origin: Origin, request: bytes, head_only: bool) -> None:
+    def __init__(self, upstream: Upstream, origin: Origin, request: bytes, head_only: bool,
+                 error: UpstreamError | None = None) -> None:
         self.upstream = upstream
         self.origin = origin
         self.request = request
         self.head_only = head_only
+        self.error = error  # it cannot be sent: raised by `answer`
         self._connection: _Connection | None = None
 
     @property
@@ -134,6 +136,8 @@ class Exchange:
         connection.send(self.request, self.head_only)
 
     async def answer(self) -> Answer:
+        if self.error is not None:
+            raise self.error
         if self._connection is None:
             self._connection = await self.upstream._connect(self.origin)
             self._connection.send(self.request, self.head_only)
