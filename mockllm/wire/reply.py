@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Iterator, Sequence
+from typing import Literal, overload
+
+import msgspec
 
 # How a stream ends after its frames: its closing frames (`[DONE]`, an error event, or nothing at
 # all for a bare cut), or holding the connection until the client leaves (a hang, an aborted finish).
@@ -15,44 +16,111 @@ AT_START = -1  # produced before any chunk (an envelope: message_start, response
 AT_END = 1 << 30  # the usage frame and the closing: sent with the last chunk
 
 
+class Events(Sequence[bytes]):
+    """A stream's events held as one joined bytes, as a renderer makes them.
+
+    A burst stream is sent joined (`Reply.stream_parts`), so its events are split apart only when
+    something asks for them one by one (pacing, a test); making one bytes object per event cost
+    more than anything else in a first render. Each event ends in the only blank line it holds
+    (SSE framing, sse.py: JSON payloads never hold a raw newline), which is where it is split.
+    """
+
+    __slots__ = ("_split", "joined", "length")
+
+    def __init__(self, joined: bytes, count: int) -> None:
+        self.joined = joined
+        self.length = count
+        self._split: tuple[bytes, ...] | None = None
+
+    def __len__(self) -> int:
+        return self.length
+
+    @overload
+    def __getitem__(self, index: int) -> bytes: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[bytes, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> bytes | tuple[bytes, ...]:
+        return self.events()[index]
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.events())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Events | tuple | list):
+            return self.events() == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.events())
+
+    def __repr__(self) -> str:
+        return repr(self.events())
+
+    def events(self) -> tuple[bytes, ...]:
+        """One bytes object per event, split on first use."""
+        if self._split is None:
+            self._split = tuple(event + b"\n\n" for event in self.joined.split(b"\n\n")[:-1])
+            assert len(self._split) == self.length, "an event holds a blank line of its own"
+        return self._split
+
+    def first_and_rest(self) -> tuple[bytes, memoryview]:
+        """The first event, and a view of the others (copied once, where they are joined to more)."""
+        cut = self.joined.index(b"\n\n") + 2
+        return self.joined[:cut], memoryview(self.joined)[cut:]
+
+
 class Frames:
     """The frames a renderer emits, each with its source: the chunk being walked when it was emitted.
 
-    A renderer sets `chunk` as it walks an entry's chunks; every `append` records it. Frames
-    emitted before the walk are AT_START; frames emitted after it (closing blocks, a terminal
-    event) keep the last chunk's index. Pacing sends each frame when its source chunk came.
+    A renderer sets `chunk` as it walks an entry's chunks; every `append` records it, and a `run`
+    of events records one source per event, the chunks after `chunk`. Frames emitted before the
+    walk are AT_START; frames emitted after it (closing blocks, a terminal event) keep the last
+    chunk's index. Pacing sends each frame when its source chunk came.
     """
 
-    __slots__ = ("chunk", "frames", "sources")
+    __slots__ = ("chunk", "pieces", "sources")
 
     def __init__(self) -> None:
-        self.frames: list[bytes] = []
-        self.sources: list[int] = []
+        self.pieces: list[bytes] = []  # single events, or runs of several joined
+        self.sources: list[int] = []  # one per event
         self.chunk = AT_START
 
     def append(self, frame: bytes) -> None:
-        self.frames.append(frame)
+        self.pieces.append(frame)
         self.sources.append(self.chunk)
 
-    def __iter__(self) -> Iterator[bytes]:
-        return iter(self.frames)
+    def together(self, events: bytes, count: int) -> None:
+        """`count` events joined, all from the chunk being walked."""
+        self.pieces.append(events)
+        self.sources += [self.chunk] * count
 
-    def __len__(self) -> int:
-        return len(self.frames)
+    def run(self, events: bytes, count: int) -> None:
+        """`count` events joined, one for each of the chunks after `chunk`, in order (a run of deltas
+        past its first)."""
+        self.pieces.append(events)
+        self.sources += range(self.chunk + 1, self.chunk + 1 + count)
+
+    def events(self) -> Events:
+        return Events(b"".join(self.pieces), len(self.sources))
 
 
-@dataclass(frozen=True, slots=True)
-class Reply:
+class Reply(msgspec.Struct, frozen=True, gc=False):
     """How one entry is answered, for a streaming and a non-streaming request.
 
     `status` != 200 means the call fails before any byte is streamed (`body` is the error).
     Otherwise the stream is `frames`, then `usage_frame` when the client asked for usage (dialects
     that always send usage carry it in `frames`), then `closing` (`[DONE]`, an error event, or
     nothing), unless `ending` is "hold". `sources` holds each frame's source (see Frames), for pacing.
+
+    A frozen msgspec Struct, not a frozen dataclass: a reply is built on the request path the first
+    time a call is asked for in a dialect, and a frozen dataclass's __init__ (an object.__setattr__
+    per field) cost as much as rendering a short call. It holds no cycles: the collector skips it.
     """
 
     status: int
-    frames: tuple[bytes, ...]
+    frames: Sequence[bytes]  # a tuple, or Events as renderers make them
     usage_frame: bytes | None
     ending: Ending
     closing: tuple[bytes, ...]
@@ -63,18 +131,26 @@ class Reply:
     body_status: int = 200
     sources: tuple[int, ...] = ()  # per frame, the entry chunk it came from (Frames); () when nothing streams
     # The stream split after its first event, per include_usage, built on first use.
-    _parts: dict[bool, tuple[bytes, bytes]] = field(default_factory=dict, compare=False, repr=False)
+    _parts: dict[bool, tuple[bytes, bytes]] = msgspec.field(default_factory=dict)
 
     def stream_bytes(self, include_usage: bool) -> bytes:
         """The whole stream up to its ending: every frame, the usage frame if asked for, the closing."""
-        return b"".join(self._events(include_usage))
+        frames = self.frames
+        joined = frames.joined if isinstance(frames, Events) else b"".join(frames)
+        return b"".join([joined, *self._after_frames(include_usage)])
 
     def stream_parts(self, include_usage: bool) -> tuple[bytes, bytes]:
         """`stream_bytes` split after its first event: (first event, the rest), for two writes."""
         parts = self._parts.get(include_usage)
         if parts is None:
-            events = self._events(include_usage)
-            parts = self._parts[include_usage] = (events[0] if events else b"", b"".join(events[1:]))
+            frames = self.frames
+            if isinstance(frames, Events) and frames.length:
+                first, rest = frames.first_and_rest()
+                parts = (first, b"".join([rest, *self._after_frames(include_usage)]))
+            else:
+                events = self._events(include_usage)
+                parts = (events[0] if events else b"", b"".join(events[1:]))
+            self._parts[include_usage] = parts
         return parts
 
     def paced_events(self, include_usage: bool) -> tuple[list[bytes], list[int]]:
@@ -86,9 +162,10 @@ class Reply:
         return events, sources
 
     def _events(self, include_usage: bool) -> list[bytes]:
-        events = list(self.frames)
-        if include_usage and self.usage_frame is not None:
-            events.append(self.usage_frame)
+        return [*self.frames, *self._after_frames(include_usage)]
+
+    def _after_frames(self, include_usage: bool) -> list[bytes]:
+        after = [self.usage_frame] if include_usage and self.usage_frame is not None else []
         if self.ending != "hold":
-            events.extend(self.closing)
-        return events
+            after += self.closing
+        return after
