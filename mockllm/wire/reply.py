@@ -133,6 +133,20 @@ class Reply(msgspec.Struct, frozen=True, gc=False):
     # The stream split after its first event, per include_usage, built on first use.
     _parts: dict[bool, tuple[bytes, bytes]] = msgspec.field(default_factory=dict)
 
+    # Equal and hashed by what it answers, as the frozen dataclass it was: the `_parts` cache aside,
+    # and `frames` as the events they are, joined (Events) or not.
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Reply):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def _fields(self) -> tuple[object, ...]:
+        return (self.status, tuple(self.frames), self.usage_frame, self.ending, self.closing, self.body,
+                self.hold_when_not_streaming, self.body_status, self.sources)
+
     def stream_bytes(self, include_usage: bool) -> bytes:
         """The whole stream up to its ending: every frame, the usage frame if asked for, the closing."""
         frames = self.frames
