@@ -10,7 +10,9 @@ from mockllm.errors import MockllmError, NotAScenarioError, RecordingError, Scen
 from mockllm.scenario.load import Scenario, SessionScript, Suite, load_scenario, load_suite
 
 if TYPE_CHECKING:
-    from mockllm.api import AdminError, AsyncRun, AsyncServer, Run, Server, ServerStartError
+    from mockllm.api import AdminError, AsyncServer, Server, ServerStartError
+    from mockllm.api import AsyncRunHandle as AsyncRun
+    from mockllm.api import RunHandle as Run
     from mockllm.replay.report import Failure, RunNotClean, RunReport, SessionReport
 
 # The server API pulls in aiohttp and the whole server; `mockllm inspect` and the pure layers
@@ -23,11 +25,16 @@ _LAZY = {
 }
 
 
+# The API's handles on a server's runs keep their public names; inside the package a `Run` is the
+# replay state (mockllm.replay.run), and these are handles on one.
+_RENAMED = {"Run": "RunHandle", "AsyncRun": "AsyncRunHandle"}
+
+
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        return getattr(importlib.import_module(_LAZY[name]), _RENAMED.get(name, name))
     raise AttributeError(f"module 'mockllm' has no attribute {name!r}")
 
 

@@ -1,10 +1,9 @@
 """The Python API: a mockllm server inside a test suite or a tool.
 
-`Server` runs one in a background thread for synchronous code; `AsyncServer` runs one on the
-caller's running loop. Both listen on a free 127.0.0.1 port unless told otherwise, take the
-serve options (`mockllm.options.ServeOptions`) as keywords, and hand out runs: independent
-replays of one scenario. A run talks to its server over the admin HTTP API only (DESIGN.md §3),
-never through the server's objects, which live on another thread or loop.
+`Server` runs one in a background thread; `AsyncServer` on the caller's running loop. Both listen
+on a free 127.0.0.1 port unless told otherwise, take the serve options (`ServeOptions`) as
+keywords, and hand out runs: independent replays of one scenario. A run talks to its server over
+the admin HTTP API only (DESIGN.md §3), never through the server's objects (another thread or loop).
 
     with mockllm.Server("recordings") as srv:
         with srv.run("tool-loop") as run:
@@ -23,6 +22,7 @@ import json
 import os
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from types import TracebackType
@@ -58,10 +58,13 @@ class AdminError(MockllmError):
         super().__init__(f"{status} {code}: {message}")
 
 
-def _load(path: PathLike | None) -> Suite:
-    """The suite to serve; refuses one with nothing valid in it, since every run would be refused."""
-    suite = load_source(Path(path) if path is not None else None)
-    if not suite.scenarios:
+def _load(path: PathLike | None, options: ServeOptions) -> Suite:
+    """The suite to serve; refuses one with nothing valid in it, since every run would be refused,
+    unless the server records (a record mode or an upstream): a new or empty folder is where
+    recordings go."""
+    suite = load_source(Path(path) if path is not None else None, options)
+    records = options.record_mode != "none" or bool(options.upstream)
+    if not suite.scenarios and not (records and path is not None and not suite.broken):
         errors = "\n".join(f"{name}: {error}" for name, error in suite.broken.items())
         raise ServerStartError(f"{suite.path}: no valid scenario to serve:\n{errors}")
     return suite
@@ -90,6 +93,15 @@ def _run_body(scenario: str, cwd: PathLike | None, fields: dict[str, Any]) -> di
     return body
 
 
+def _ending(admin: str, discard: str | None) -> str:
+    """The DELETE address that ends a run, saying why its recording is not kept when it is not."""
+    return admin if discard is None else f"{admin}?{urllib.parse.urlencode({'discard': discard})}"
+
+
+def _raised(exc: BaseException | None) -> str | None:  # a block that raised keeps no recording: why
+    return None if exc is None else f"the block using the run raised {type(exc).__name__}: {exc}"[:300]
+
+
 def session_headers(session_id: str) -> dict[str, str]:
     """The request headers that route a client to the live session `session_id`."""
     return {SESSION_HEADERS[0]: session_id}
@@ -102,6 +114,12 @@ class _RunInfo:
         self.id: str = body["run"]
         self.scenario = scenario
         self.base_url: str = body["base_url"]  # ends in /v1: an OpenAI client's base_url
+        # The base without /v1, for every client that adds its own version path: google-genai's
+        # base_url (it adds /v1beta or /v1) and the ollama client's host (it adds /api). One name
+        # for all of them, since it is one address: a client's name would only repeat it.
+        self.root_url: str = self.base_url.removesuffix("/v1")
+        # The Anthropic SDK adds /v1 itself: its base_url is the root too (named before root_url was).
+        self.anthropic_base_url: str = self.root_url
         self._admin = f"{server_url}/_mockllm/runs/{self.id}"
         self._final: RunReport | None = None
 
@@ -113,7 +131,7 @@ class _RunInfo:
         return f"<{type(self).__name__} {self.id} of {self.scenario!r} at {self.base_url}>"
 
 
-class Run(_RunInfo):
+class RunHandle(_RunInfo):
     """One replay of a scenario on a `Server` (its own bindings, cursors and failures).
 
     A context manager: leaving it ends the run.
@@ -129,11 +147,19 @@ class Run(_RunInfo):
             return self._final
         return RunReport.from_json(self._server.admin("GET", self._admin))
 
-    def end(self) -> RunReport:
-        """End the run (the server forgets it) and return its final report; again, the same report."""
+    def end(self, *, discard: str | None = None) -> RunReport:
+        """End the run (the server forgets it) and return its final report; again, the same report.
+
+        A run that records writes its recording now (its report's `recording` says what, or why
+        not), unless `discard` gives the reason not to (a test that failed)."""
         if self._final is None:
-            self._final = RunReport.from_json(self._server.admin("DELETE", self._admin))
+            self._final = RunReport.from_json(self._server.admin("DELETE", _ending(self._admin, discard)))
         return self._final
+
+    def report_html(self) -> str:
+        """The run as one self-contained HTML file (`GET /_mockllm/runs/{run}/report.html`): live,
+        or ended lately (the server keeps its latest ended runs' reports)."""
+        return self._server.fetch_text(f"{self._admin}/report.html")
 
     def assert_consumed(self) -> None:
         """Raise RunNotClean (an AssertionError carrying the whole report) when any failure was
@@ -147,8 +173,8 @@ class Run(_RunInfo):
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.end()
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.end(discard=_raised(exc))
 
 
 class Server:
@@ -184,7 +210,7 @@ class Server:
     def start(self) -> Self:
         if self._thread is not None:
             raise MockllmError("this Server is already started")
-        self.suite = _load(self.path)
+        self.suite = _load(self.path, self.options)
         started: concurrent.futures.Future[str] = concurrent.futures.Future()
         self._thread = threading.Thread(target=asyncio.run, args=(self._main(self.suite, started),),
                                         name="mockllm-server", daemon=True)
@@ -229,12 +255,12 @@ class Server:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
 
-    def run(self, scenario: str, *, cwd: PathLike | None = None, **fields: Any) -> Run:
+    def run(self, scenario: str, *, cwd: PathLike | None = None, **fields: Any) -> RunHandle:
         """A fresh run of `scenario` (`POST /_mockllm/runs`). `cwd` replaces `{{cwd}}` and anchors
         readyFiles; other `fields` are sent as given (per-run options, DESIGN.md §5).
         An unknown or broken scenario raises AdminError with the server's reason."""
         body = self.admin("POST", f"{self.url}/_mockllm/runs", _run_body(scenario, cwd, fields))
-        return Run(self, body, scenario)
+        return RunHandle(self, body, scenario)
 
     def admin(self, method: str, url: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """One admin call: the decoded JSON answer, or AdminError."""
@@ -247,8 +273,19 @@ class Server:
             with error:
                 return _admin_result(error.code, error.read())
 
+    def fetch_text(self, url: str) -> str:
+        """A page the server renders (an inspector report), or AdminError."""
+        try:
+            with self._opener.open(url, timeout=ADMIN_TIMEOUT) as response:
+                text: str = response.read().decode("utf-8")
+                return text
+        except urllib.error.HTTPError as error:
+            with error:
+                _admin_result(error.code, error.read())  # raises AdminError with the server's reason
+                raise
 
-class AsyncRun(_RunInfo):
+
+class AsyncRunHandle(_RunInfo):
     """One replay of a scenario on an `AsyncServer`; `async with` ends it."""
 
     def __init__(self, server: AsyncServer, body: dict[str, Any], scenario: str) -> None:
@@ -261,11 +298,15 @@ class AsyncRun(_RunInfo):
             return self._final
         return RunReport.from_json(await self._server.admin("GET", self._admin))
 
-    async def end(self) -> RunReport:
-        """End the run and return its final report; again, the same report."""
+    async def end(self, *, discard: str | None = None) -> RunReport:
+        """End the run and return its final report; again, the same report (see `Run.end`)."""
         if self._final is None:
-            self._final = RunReport.from_json(await self._server.admin("DELETE", self._admin))
+            self._final = RunReport.from_json(await self._server.admin("DELETE", _ending(self._admin, discard)))
         return self._final
+
+    async def report_html(self) -> str:
+        """The run as one self-contained HTML file; see `RunHandle.report_html`."""
+        return await self._server.fetch_text(f"{self._admin}/report.html")
 
     async def assert_consumed(self) -> None:
         """Raise RunNotClean when any failure was answered or a recorded call was not requested."""
@@ -278,8 +319,9 @@ class AsyncRun(_RunInfo):
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.end()
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.end(discard=_raised(exc))
 
 
 class AsyncServer:
@@ -306,7 +348,7 @@ class AsyncServer:
     async def start(self) -> Self:
         if self._server is not None:
             raise MockllmError("this AsyncServer is already started")
-        self.suite = _load(self.path)
+        self.suite = _load(self.path, self.options)
         self._server = await _start(self.suite, self.options)
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=ADMIN_TIMEOUT))
         return self
@@ -327,10 +369,10 @@ class AsyncServer:
                         tb: TracebackType | None) -> None:
         await self.stop()
 
-    async def run(self, scenario: str, *, cwd: PathLike | None = None, **fields: Any) -> AsyncRun:
+    async def run(self, scenario: str, *, cwd: PathLike | None = None, **fields: Any) -> AsyncRunHandle:
         """A fresh run of `scenario`; see `Server.run`."""
         body = await self.admin("POST", f"{self.url}/_mockllm/runs", _run_body(scenario, cwd, fields))
-        return AsyncRun(self, body, scenario)
+        return AsyncRunHandle(self, body, scenario)
 
     async def admin(self, method: str, url: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """One admin call: the decoded JSON answer, or AdminError."""
@@ -338,6 +380,16 @@ class AsyncServer:
             raise MockllmError("the server is not running")
         async with self._http.request(method, url, json=body) as response:
             return _admin_result(response.status, await response.read())
+
+    async def fetch_text(self, url: str) -> str:
+        """A page the server renders (an inspector report), or AdminError."""
+        if self._http is None:
+            raise MockllmError("the server is not running")
+        async with self._http.get(url) as response:
+            raw = await response.read()
+            if response.status >= 400:
+                _admin_result(response.status, raw)
+            return raw.decode("utf-8")
 
 
 async def _start(suite: Suite, options: ServeOptions) -> RunningServer:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Any
 
 
 class MockllmError(Exception):
@@ -29,7 +29,8 @@ class NotAScenarioError(MockllmError):
 
 
 class HeaderError(MockllmError, ValueError):
-    """The header line is not a v0 session header; the message says what is wrong."""
+    """The header (a line, or the values a header is made of) is not a v0 session header; the
+    message says what is wrong."""
 
 
 class TemplateError(MockllmError):
@@ -56,9 +57,26 @@ class ReplayFailure(MockllmError):
         self.session = session
         self.call = call
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, "session": self.session, "call": self.call}
-
 
 class RequestError(MockllmError):
     """A request body that is not a valid request of its dialect; the message says what was expected."""
+
+
+class RecordError(MockllmError):
+    """Record mode cannot record as asked; the message names what (a folder, a pattern, a log) and
+    what to do."""
+
+
+class AlreadyRecorded(RecordError, FileExistsError):
+    """A recording would overwrite one: the output folder holds logs, or a log (or the `.partial` a
+    crashed recording left) is already where a log is to be written. Also a FileExistsError, as it
+    was before it had a class of its own."""
+
+
+class BadRedaction(RecordError, re.error):
+    """A `--redact` pattern is not a regular expression. Also an re.error, as it was before."""
+
+
+class WriterClosed(RecordError, ValueError):
+    """A session log written to (or closed) after it was closed or abandoned. Also a ValueError, as
+    it was before."""

@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from mockllm.replay.faults import Fault, parse_faults
+from mockllm.replay.normalize import Mask, masks_for
 from mockllm.scenario.side_routes import SideRouteSpec, parse_side_route
 
 Headerless = Literal["conversation", "anonymous"]
@@ -22,10 +24,29 @@ Headerless = Literal["conversation", "anonymous"]
 SESSION_HEADERS = ("x-mockllm-session", "x-deepseek-harness-session-id")
 
 
+def session_header_names(configured: Sequence[str] = ()) -> tuple[str, ...]:
+    """The headers that name the calling session, in lookup order: the built-in ones, then the
+    `configured` ones (`--session-header`), lowercased. Replay and record mode both read these, so
+    a recording's sessions are the ones its replay will route to."""
+    return tuple(h.lower() for h in (*SESSION_HEADERS, *configured))
+
+
+def items(value: str | Iterable[str]) -> tuple[str, ...]:
+    """A repeatable option's values; a lone string given where a list belongs is one item, not its characters."""
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
 Bind = Literal["order", "content"]
+DivergencePolicy = Literal["fail", "warn"]
+# vcrpy's names (DESIGN.md §6): replay only; record what has no recording; replay and record what the
+# recording cannot serve; record everything anew.
+RecordMode = Literal["none", "once", "new_episodes", "rewrite"]
 
 PACES = ("burst", "recorded")
 BINDS = ("order", "content")
+RECORD_MODES = ("none", "once", "new_episodes", "rewrite")
+# `--upstream PROVIDER=URL`: the providers a live call can be sent to, named as users know them.
+PROVIDERS = ("openai", "anthropic", "gemini", "ollama")
 
 
 def parse_bool(value: str | bool) -> bool:
@@ -61,6 +82,33 @@ def check_bind(value: Any) -> Bind:
     if value not in BINDS:
         raise ValueError(f"bind must be 'order' or 'content', not {value!r}")
     return value  # type: ignore[no-any-return]
+
+
+def check_divergence(value: Any) -> DivergencePolicy:
+    if value not in ("fail", "warn"):
+        raise ValueError(f"must be fail or warn, not {value!r}")
+    return value  # type: ignore[no-any-return]
+
+
+def check_record_mode(value: Any) -> RecordMode:
+    if value not in RECORD_MODES:
+        raise ValueError(f"record_mode must be one of {', '.join(RECORD_MODES)}, not {value!r}")
+    return value  # type: ignore[no-any-return]
+
+
+def parse_upstream(text: str) -> tuple[str, str]:
+    """`URL` (the OpenAI-compatible base, `/v1` included: every provider not given its own) or
+    `PROVIDER=URL`: (provider, URL), provider "" for the default. A ValueError says what is expected."""
+    provider, sep, url = text.partition("=")
+    if not sep or "://" in provider:
+        provider, url = "", text
+    elif provider not in PROVIDERS:
+        raise ValueError(f"upstream {text!r}: unknown provider {provider!r}; expected URL or PROVIDER=URL with "
+                         f"PROVIDER one of {', '.join(PROVIDERS)}")
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"upstream {text!r}: expected an http:// or https:// URL, e.g. https://api.openai.com/v1 "
+                         "or anthropic=https://api.anthropic.com")
+    return provider, url.rstrip("/")
 
 
 def check_speed(value: Any) -> float:
@@ -122,8 +170,26 @@ class ServeOptions:
     ignore_input: tuple[str, ...] = _option(
         (), "mask matches of REGEX in recorded and live inputs before comparing them (repeatable)",
         metavar="REGEX", repeat=True)
-    bind: Bind = _option("order", "bind a new live session to the next script in first-call order, or to the "
-                         "script whose first recorded inputs match its request", choices=BINDS)
+    normalize: bool = _option(True, "mask what agents vary between runs (UUIDs, hex ids, ISO dates and times, "
+                              "measured durations, temp folders) before comparing inputs", metavar="true|false",
+                              switch=True)
+    bind: Bind = _option("content", "bind a new live session to the script whose first recorded inputs match its "
+                         "request (twins by their recorded system prompt, else in recorded order), or to the next "
+                         "script in first-call order", choices=BINDS)
+    divergence: DivergencePolicy = _option(
+        "fail", "whether a call that differs from the recording fails the run's checks (fail) or is only "
+        "reported (warn)", choices=("fail", "warn"))
+    faults: tuple[Fault, ...] = _option(
+        (), 'a fault for the default runs, as JSON: {"call": N, "status": 429} or {"rate": R, "seed": S, "status": 500}'
+        ' (fields: session, call, status, retry_after, cut_after, delay_ms, times; repeatable)',
+        flag="--fault", metavar="JSON", repeat=True)
+    record_mode: RecordMode = _option(
+        "none", "none: replay only, never the network; once: record a run's scenario when it has no recording; "
+        "new_episodes: replay, and send what the recording cannot serve to the upstream, then rewrite the scenario; "
+        "rewrite: record every run anew", choices=RECORD_MODES)
+    upstream: tuple[str, ...] = _option(
+        (), "where record modes send live calls: the OpenAI-compatible base (/v1 included), or PROVIDER=URL for one "
+        f"provider ({', '.join(PROVIDERS)}) (repeatable)", metavar="URL|PROVIDER=URL", repeat=True)
     journal_limit: int = _option(1000, "calls kept in each run's journal (older ones are counted, not kept)",
                                  metavar="N", kind=int)
     log_level: str = _option("warning", "what the server logs; info logs one line per model call",
@@ -137,18 +203,21 @@ class ServeOptions:
         object.__setattr__(self, "pace", check_pace(self.pace))
         object.__setattr__(self, "speed", check_speed(self.speed))
         check_bind(self.bind)
-        for name in ("session_headers", "side_routes", "ignore_input"):
-            value = getattr(self, name)
-            # A lone string given where a list belongs is one item, not its characters.
-            object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value))
+        check_divergence(self.divergence)
+        check_record_mode(self.record_mode)
+        for name in ("session_headers", "side_routes", "ignore_input", "upstream"):
+            object.__setattr__(self, name, items(getattr(self, name)))
+        for upstream in self.upstream:
+            parse_upstream(upstream)  # raises ValueError naming the bad one
         for route in self.side_routes:
             parse_side_route(route)  # raises ValueError naming the bad one
+        object.__setattr__(self, "faults", parse_faults(self.faults))  # JSON texts or objects; a bad one is named
         check_patterns(self.ignore_input)
 
     @property
     def all_session_headers(self) -> tuple[str, ...]:
         """The built-in session headers, then the configured ones, lowercased, in lookup order."""
-        return tuple(h.lower() for h in SESSION_HEADERS + self.session_headers)
+        return session_header_names(self.session_headers)
 
     @property
     def side_route_specs(self) -> list[SideRouteSpec]:
@@ -179,11 +248,14 @@ def names() -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(ServeOptions))
 
 
-def argument_specs(prefix: str = "") -> list[tuple[str, dict[str, Any]]]:
-    """(flag, argparse keyword arguments) per field; `prefix` goes after the dashes and before the
-    `dest` (`--mockllm-port`, dest `mockllm_port`), for a host such as pytest that shares one parser."""
+def argument_specs(prefix: str = "", only: Sequence[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """(flag, argparse keyword arguments) per field (of the fields named in `only`, if given); `prefix`
+    goes after the dashes and before the `dest` (`--mockllm-port`, dest `mockllm_port`), for a host
+    such as pytest that shares one parser."""
     specs = []
     for f in dataclasses.fields(ServeOptions):
+        if only is not None and f.name not in only:
+            continue
         meta = f.metadata
         kwargs: dict[str, Any] = {"dest": prefix.replace("-", "_") + f.name, "help": meta["help"]}
         if meta["metavar"]:
@@ -206,9 +278,10 @@ def _flag(f: dataclasses.Field[Any]) -> str:
     return f.metadata["flag"] or "--" + f.name.replace("_", "-")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add one flag per ServeOptions field to `parser`."""
-    for flag, kwargs in argument_specs():
+def add_arguments(parser: argparse.ArgumentParser, only: Sequence[str] | None = None) -> None:
+    """Add one flag per ServeOptions field (per field named in `only`, if given) to `parser`: another
+    verb that shares an option (`mockllm record --port`) spells and documents it as `serve` does."""
+    for flag, kwargs in argument_specs(only=only):
         parser.add_argument(flag, **kwargs)
 
 
@@ -219,7 +292,8 @@ def from_arguments(args: argparse.Namespace | Mapping[str, Any]) -> ServeOptions
 
 
 # The serve options a run may set for itself, as JSON fields of `POST /_mockllm/runs`.
-RUN_FIELDS = ("cwd", "pace", "speed", "strict", "ignore_input", "bind")
+RUN_FIELDS = ("cwd", "pace", "speed", "strict", "ignore_input", "normalize", "bind", "divergence", "faults",
+              "record_mode")
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,11 +305,16 @@ class RunSettings:
     speed: float = 1.0
     strict: bool = False
     ignore_input: tuple[str, ...] = ()
-    bind: Bind = "order"
-    masks: tuple[re.Pattern[str], ...] = field(default=(), compare=False, repr=False)
+    normalize: bool = True
+    bind: Bind = "content"
+    divergence: DivergencePolicy = "fail"
+    faults: tuple[Fault, ...] = ()
+    record_mode: RecordMode = "none"
+    # What a comparison masks: the run's own patterns, then the built-in normalisations.
+    masks: tuple[Mask, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "masks", check_patterns(self.ignore_input))
+        object.__setattr__(self, "masks", masks_for(check_patterns(self.ignore_input), self.normalize))
 
     @property
     def gap_ms(self) -> float | None:
@@ -269,12 +348,20 @@ def _run_field(name: str, value: Any) -> Any:
         return check_pace(value)
     if name == "speed":
         return check_speed(value)
-    if name == "strict":
+    if name == "divergence":
+        return check_divergence(value)
+    if name == "record_mode":
+        return check_record_mode(value)
+    if name in ("strict", "normalize"):
         if not isinstance(value, bool):
             raise ValueError(f"must be true or false, not {value!r}")
         return value
     if name == "bind":
         return check_bind(value)
+    if name == "faults":
+        if not isinstance(value, list):
+            raise ValueError(f"must be a list of faults, not {value!r}")
+        return parse_faults(value)
     patterns = [value] if isinstance(value, str) else value
     if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
         raise ValueError(f"must be a regular expression or a list of them, not {value!r}")

@@ -4,29 +4,55 @@ Glue only, over the Python API (`mockllm.api`):
 - `mockllm_server` (session scope) serves `--mockllm-recordings DIR`, else the ini option
   `mockllm_recordings` (relative to the ini file), else `recordings/` under the rootdir. It starts
   on first use; if it cannot, the test session stops with the reason.
-- `mockllm_run` (per test) is a fresh run of the scenario named by `@pytest.mark.mockllm("name")`.
-  At teardown it ends the run, and the test errors (pytest's word for failing at teardown) when
-  the run recorded any failure or, unless `consume=False`, left recorded calls unrequested.
+- `mockllm_run` (per test) is a fresh run of the scenario named by `@pytest.mark.mockllm("name")`;
+  a marker that names none (`@pytest.mark.mockllm()`, or options only) means the scenario named
+  after the test, `{file stem}/{test}` (DESIGN.md §6). At teardown it ends the run, and the test
+  errors (pytest's word for failing at teardown) when the run recorded any failure or, unless
+  `consume=False`, left recorded calls unrequested; the message ends with the command that
+  records that test again.
+- Record modes (`--mockllm-record-mode`, `--mockllm-upstream`): a run that records keeps its
+  recording only if its test passed; the test's report (a `mockllm` section, and the session's
+  summary) says what was recorded, or why not. With `CI` set a record mode is refused unless
+  `--mockllm-record-in-ci` is given: recording in CI is almost always a mistake that burns keys.
 - Every serve option is also `--mockllm-<flag>` and ini `mockllm_<name>`, generated from
   `ServeOptions`; the command line wins over the ini file. The port defaults to 0 (a free one).
+- A test whose run fails leaves the run's one-file HTML report (the inspector's view of it) in
+  `--mockllm-report-dir` (ini `mockllm_report_dir`; default `mockllm/` under pytest's cache
+  folder), and the failure message names the file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import hashlib
+import os
+import re
+import shlex
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from mockllm.options import argument_specs
+from mockllm.options import RUN_FIELDS, argument_specs
 
 if TYPE_CHECKING:
-    from mockllm.api import Run, Server
+    from mockllm.api import RunHandle, Server
+    from mockllm.replay.report import RecordingReport
 
 RECORDINGS = "mockllm_recordings"
+REPORT_DIR = "mockllm_report_dir"
+NAME_KEPT = 180  # characters of a node id in a report's file name: file systems allow 255 bytes
 PREFIX = "mockllm-"
-MARKER = "mockllm(scenario, consume=True): the scenario `mockllm_run` replays; consume=False allows calls left over"
+MARKER = ("mockllm(scenario, consume=True): the scenario `mockllm_run` replays (none: the one named after the test, "
+          "{file stem}/{test}); consume=False allows calls left over; keywords such as bind=, strict=, ignore_input=, "
+          "divergence=, faults=, pace=, record_mode= set this test's run")
+RECORD_IN_CI = "mockllm_record_in_ci"
+# Each test's reports by phase, for its run's teardown: a recording is kept only if the test passed.
+REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
+# What each test's run recorded (or why not), for the session's summary.
+RECORDED = pytest.StashKey[list[tuple[str, "RecordingReport"]]]()
+# Characters a folder name cannot hold (DESIGN.md §6), replaced by `_` in a scenario named after its test.
+UNSAFE = re.compile(r"[/\\:\x00-\x1f\x7f]")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -35,6 +61,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="scenario or suite folder the mockllm_server fixture serves (default: recordings/ "
                          "under the rootdir)")
     parser.addini(RECORDINGS, "scenario or suite folder mockllm_server serves, relative to this file")
+    group.addoption("--mockllm-report-dir", dest=REPORT_DIR, metavar="DIR", default=None,
+                    help="where a test whose mockllm run fails leaves the run's HTML report (default: mockllm/ "
+                         "under pytest's cache folder)")
+    parser.addini(REPORT_DIR, "where failing tests' mockllm HTML reports go, relative to this file")
+    group.addoption("--mockllm-record-in-ci", dest=RECORD_IN_CI, action="store_true", default=False,
+                    help="allow a record mode other than none when the CI environment variable is set")
     for flag, kwargs in argument_specs(PREFIX):
         repeat = kwargs.get("action") == "append"
         # None, not the field's default: an option not given on the command line falls back to the ini.
@@ -47,6 +79,37 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
+    config.stash[RECORDED] = []
+    mode = serve_options(config).get("record_mode", "none")
+    if mode != "none" and in_ci() and not config.getoption(RECORD_IN_CI):
+        raise pytest.UsageError(_ci_refusal(mode))
+
+
+def in_ci() -> bool:
+    """Whether the `CI` environment variable says this is a CI run (set, and not false or 0)."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _ci_refusal(mode: str) -> str:
+    return (f"mockllm: record mode {mode} refused: CI is set, and recording in CI is almost always a mistake "
+            "that burns keys. Replay in CI (record mode none, the default); pass --mockllm-record-in-ci to record "
+            "anyway")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    recorded = config.stash.get(RECORDED, [])
+    if recorded:
+        terminalreporter.section("mockllm recordings")
+        for nodeid, recording in recorded:
+            terminalreporter.line(f"{'recorded' if recording.written else 'not recorded'}: {nodeid}: "
+                                  f"{recording.message}")
+
+
+def scenario_for(item: pytest.Item) -> str:
+    """The scenario named after a test: `{file stem}/{test}`, `{test}` as in its node id
+    (`TestClass.test_x[param]`), with what a folder name cannot hold replaced by `_`."""
+    test = item.nodeid.partition("::")[2].replace("::", ".")
+    return f"{UNSAFE.sub('_', item.path.stem)}/{UNSAFE.sub('_', test)}"
 
 
 def recordings_path(config: pytest.Config) -> Path:
@@ -91,32 +154,113 @@ def mockllm_server(pytestconfig: pytest.Config) -> Iterator[Server]:
 
 
 @pytest.fixture
-def mockllm_run(request: pytest.FixtureRequest, mockllm_server: Server) -> Iterator[Run]:
+def mockllm_run(request: pytest.FixtureRequest, mockllm_server: Server) -> Iterator[RunHandle]:
     """A fresh run of the marker's scenario (`.base_url`, `.headers(session_id)`, `.report()`);
     checked at teardown."""
     from mockllm.api import AdminError
 
-    scenario, consume = _marker(request.node.get_closest_marker("mockllm"), mockllm_server)
+    node = request.node
+    scenario, consume, settings = _marker(node.get_closest_marker("mockllm"), mockllm_server, node)
+    mode = settings.get("record_mode", mockllm_server.options.record_mode)
+    if mode != "none" and in_ci() and not request.config.getoption(RECORD_IN_CI):
+        pytest.fail(_ci_refusal(mode), pytrace=False)
     try:
-        run = mockllm_server.run(scenario)
+        run = mockllm_server.run(scenario, **settings)
     except AdminError as exc:  # an unknown or broken scenario: the server's reason is the whole story
-        pytest.fail(f"mockllm: no run of scenario {scenario!r}: {exc}", pytrace=False)
+        pytest.fail(f"mockllm: no run of scenario {scenario!r}: {exc}\n{_again(request, 'once')}", pytrace=False)
     yield run
-    report = run.end()
+    reports = node.stash.get(REPORTS, {})
+    passed = "call" in reports and reports["call"].passed
+    report = run.end(discard=None if passed else "the test did not pass")
+    if report.recording is not None:
+        node.add_report_section("teardown", "mockllm", report.recording.message)
+        request.config.stash[RECORDED].append((node.nodeid, report.recording))
     if report.problems(require_consumed=consume):
         where = "" if consume else " (consume=False: calls left over are allowed)"
-        pytest.fail(f"{request.node.nodeid}: the mockllm run did not go as recorded{where}\n"
-                    + report.describe(require_consumed=consume), pytrace=False)
+        pytest.fail(f"{node.nodeid}: the mockllm run did not go as recorded{where}\n"
+                    + report.describe(require_consumed=consume) + "\n" + save_report(request, run) + "\n"
+                    + _again(request, "rewrite"), pytrace=False)
 
 
-def _marker(marker: pytest.Mark | None, server: Server) -> tuple[str, bool]:
+def report_dir(config: pytest.Config) -> Path:
+    """Where failing tests' reports go: the flag (relative to the invocation folder), the ini option
+    (relative to the ini file), else `mockllm/` under pytest's cache folder."""
+    flag = config.getoption(REPORT_DIR)
+    if flag:
+        return Path(config.invocation_params.dir, flag)
+    ini = config.getini(REPORT_DIR)
+    if ini:
+        return Path(config.inipath.parent if config.inipath else config.rootpath, ini)
+    try:
+        cache = str(config.getini("cache_dir"))
+    except ValueError:  # the cache provider is off (-p no:cacheprovider): its usual folder all the same
+        cache = ".pytest_cache"
+    return config.rootpath / os.path.expandvars(os.path.expanduser(cache)) / "mockllm"
+
+
+def report_name(nodeid: str) -> str:
+    """A file name for a test's report: its node id with `/`, `\\`, `:` and control characters as `_`
+    (a long one cut, with a digest of the whole id to keep it unique)."""
+    name = re.sub(r"[/\\:\x00-\x1f\x7f]", "_", nodeid)
+    if len(name) > NAME_KEPT:
+        name = name[:NAME_KEPT] + "-" + hashlib.blake2b(nodeid.encode(), digest_size=6).hexdigest()
+    return name + ".html"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item,
+                               call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A test that failed on its own (its run may be fine: an assertion on the agent's answer) also
+    leaves its run's report, named in a section of its failure. Each phase's report is kept for the
+    run's teardown: a recording is kept only if the test passed."""
+    report: pytest.TestReport = yield
+    item.stash.setdefault(REPORTS, {})[report.when] = report
+    run = getattr(item, "funcargs", {}).get("mockllm_run")
+    if report.when == "call" and report.failed and run is not None:
+        report.sections.append(("mockllm", save_report(item, run)))
+    return report
+
+
+def save_report(item: pytest.Item | pytest.FixtureRequest, run: RunHandle) -> str:
+    """Save the run's HTML report for a failed test; the line that names the file (or why there is none)."""
+    from mockllm.errors import MockllmError
+
+    node = item.node if isinstance(item, pytest.FixtureRequest) else item
+    path = report_dir(node.config) / report_name(node.nodeid)
+    try:
+        html = run.report_html()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(html, encoding="utf-8")
+    except (MockllmError, OSError) as exc:  # the report is a help: its absence must not hide the failure
+        return f"mockllm report: not saved ({exc})"
+    return f"mockllm report: {path}"
+
+
+def _again(request: pytest.FixtureRequest, mode: str) -> str:
+    """The command that records this test again (`mode`: once for a test with no recording)."""
+    config = request.config
+    command = ["pytest", request.node.nodeid, "--mockllm-record-mode", mode]
+    if not serve_options(config).get("upstream"):
+        command += ["--mockllm-upstream", "URL"]
+    if in_ci() and not config.getoption(RECORD_IN_CI):
+        command.append("--mockllm-record-in-ci")
+    return "record this test again: " + " ".join(a if a == "URL" else shlex.quote(a) for a in command)
+
+
+def _marker(marker: pytest.Mark | None, server: Server, item: pytest.Item) -> tuple[str, bool, dict[str, Any]]:
+    """The marker's scenario, `consume`, and the run settings it gives this test (DESIGN.md §6)."""
     if marker is None:
-        if len(server.scenarios) == 1:  # one scenario loaded: naming it adds nothing
-            return server.scenarios[0], True
-        pytest.fail(f'mockllm_run needs @pytest.mark.mockllm("scenario"); loaded: {", ".join(server.scenarios)}',
-                    pytrace=False)
-    args, kwargs = marker.args, dict(marker.kwargs)
+        if len(server.scenarios) == 1 and server.options.record_mode == "none":  # naming it adds nothing
+            return server.scenarios[0], True, {}
+        if server.options.record_mode != "none" or scenario_for(item) in server.scenarios:
+            return scenario_for(item), True, {}
+        pytest.fail(f'mockllm_run needs @pytest.mark.mockllm("scenario"); loaded: {", ".join(server.scenarios)}. '
+                    f"@pytest.mark.mockllm() names the scenario after the test: {scenario_for(item)}", pytrace=False)
+    args, kwargs = marker.args or (scenario_for(item),), dict(marker.kwargs)
     consume = kwargs.pop("consume", True)
-    if len(args) != 1 or not isinstance(args[0], str) or kwargs or not isinstance(consume, bool):
-        pytest.fail(f'expected @pytest.mark.mockllm("scenario", consume=True), got {marker}', pytrace=False)
-    return args[0], consume
+    unknown = sorted(set(kwargs) - set(RUN_FIELDS))
+    if len(args) != 1 or not isinstance(args[0], str) or unknown or not isinstance(consume, bool):
+        why = f"; unknown: {', '.join(unknown)}" if unknown else ""
+        pytest.fail(f'expected @pytest.mark.mockllm("scenario", consume=True), got {marker}{why}; run settings '
+                    f"it takes: {', '.join(RUN_FIELDS)}", pytrace=False)
+    return args[0], consume, kwargs

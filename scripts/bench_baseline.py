@@ -17,18 +17,17 @@ runner and memory settings (settle_memory), so only the handlers differ.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import signal
 import sys
 from pathlib import Path
 
 import uvloop
 from aiohttp import web
 
+from mockllm.hosting.listen import RunningServer, listen, serve_until_signalled
 from mockllm.replay.catalog import Catalog
 from mockllm.scenario.load import load_scenario
-from mockllm.server.app import SSE_HEADERS
 from mockllm.server.running import settle_memory
+from mockllm.server.streaming import SSE_HEADERS
 from mockllm.wire import CHAT
 from mockllm.wire.chat import DONE
 
@@ -64,21 +63,9 @@ async def serve(frames: list[bytes], writes: str, host: str, port: int) -> None:
 
     app = web.Application()
     app.router.add_post("/runs/{run}/v1/chat/completions", two if writes == "two" else per_event)
-    # The same runner settings as mockllm's start_server, so only the handlers differ.
-    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    bound = runner.addresses[0][1]
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    print(f"baseline listening on http://{host}:{bound}", flush=True)
-    try:
-        await stop.wait()
-    finally:
-        await runner.cleanup()
+    # Started and stopped as mockllm's start_server and serve are, so only the handlers differ.
+    runner, bound = await listen(app, host, port)
+    await serve_until_signalled(RunningServer(runner, host, bound), [f"baseline listening on http://{host}:{bound}"])
 
 
 def main(argv: list[str]) -> int:

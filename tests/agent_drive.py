@@ -18,10 +18,11 @@ import openai
 import pytest
 
 from mockllm.dsh.chunks import Block, BlockEnd, FinishChunk
+from mockllm.dsh.names import TOOL_RESULT, USER_MESSAGE
 from mockllm.dsh.reader import CallChunk, SessionLog
 from mockllm.scenario.load import Scenario, SessionScript
 from mockllm.script.entries import ChunksEntry, Entry, HangEntry, ThrowEntry
-from mockllm.script.inputs import TOOL_RESULT, USER_MESSAGE, recorded_inputs
+from mockllm.script.inputs import recorded_inputs
 from tests.replay_client import expected_from_entry, received_from_stream
 
 HOLD_TIMEOUT = 0.3  # a held call (hang, aborted finish) is given up after this, as an agent cancels

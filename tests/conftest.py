@@ -1,4 +1,7 @@
-"""Shared fixtures: corpus location and an in-process mockllm server on a free loopback port."""
+"""Shared fixtures and HTTP helpers: an in-process mockllm server on a free loopback port, admin calls.
+
+Data paths (ROOT, RECORDINGS, CORPUS) and the corpus skip helpers live in `tests/logbuilder.py`.
+"""
 
 from __future__ import annotations
 
@@ -12,17 +15,7 @@ import pytest
 from mockllm.options import ServeOptions
 from mockllm.server.running import RunningServer, load_source, start_server
 
-ROOT = Path(__file__).resolve().parents[1]
-RECORDINGS = ROOT / "recordings"
-CORPUS = ROOT.parent / "shared" / "corpus"
-
 StartServer = Callable[..., Awaitable[RunningServer]]
-
-
-def corpus_or_skip() -> Path:
-    if not CORPUS.is_dir():
-        pytest.skip(f"the shared corpus is not beside the project ({CORPUS} is absent)")
-    return CORPUS
 
 
 @pytest.fixture

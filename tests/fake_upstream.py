@@ -16,6 +16,9 @@ from typing import Any
 
 from aiohttp import web
 
+# Streamed answers, by their media type (Ollama streams NDJSON), with the Content-Type sent.
+STREAMED = {"text/event-stream": "text/event-stream; charset=utf-8", "application/x-ndjson": "application/x-ndjson"}
+
 
 @dataclass
 class Answer:
@@ -24,6 +27,7 @@ class Answer:
     content_type: str = "text/event-stream"
     before: dict[int, asyncio.Event] = field(default_factory=dict)  # piece index -> wait for this first
     sent: dict[int, asyncio.Event] = field(default_factory=dict)  # piece index -> set once it is written
+    end: asyncio.Event | None = None  # set: the body's end (after the last piece) waits for it
 
 
 @dataclass
@@ -33,11 +37,12 @@ class FakeUpstream:
     base_url: str = ""
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        self.received.append({"path": request.path, "headers": dict(request.headers), "body": await request.read()})
+        self.received.append({"path": request.path, "query": request.query_string, "headers": dict(request.headers),
+                              "body": await request.read()})
         answer = self.answers.pop(0)
-        if answer.status >= 400 or answer.content_type != "text/event-stream":
+        if answer.status >= 400 or answer.content_type not in STREAMED:
             return web.Response(status=answer.status, body=b"".join(answer.pieces), content_type=answer.content_type)
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
+        response = web.StreamResponse(headers={"Content-Type": STREAMED[answer.content_type],
                                                "x-request-id": "req_upstream"})
         await response.prepare(request)
         for k, piece in enumerate(answer.pieces):
@@ -46,6 +51,8 @@ class FakeUpstream:
             await response.write(piece)
             if k in answer.sent:
                 answer.sent[k].set()
+        if answer.end is not None:
+            await answer.end.wait()
         await response.write_eof()
         return response
 
@@ -54,7 +61,7 @@ class FakeUpstream:
 async def running_upstream() -> AsyncIterator[FakeUpstream]:
     upstream = FakeUpstream()
     app = web.Application()
-    app.router.add_route("*", "/v1/{tail:.*}", upstream.handle)
+    app.router.add_route("*", "/{tail:.*}", upstream.handle)  # /v1/…, and beside it (/v1beta/…, /api/…)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -18,6 +18,10 @@ from mockllm.replay.report import RunReport
 ROOT = Path(__file__).resolve().parents[1]
 RECORDINGS = ROOT / "recordings"
 USER = [{"role": "user", "content": "go"}]
+# These tests drive the bundled recordings with a stand-in prompt: what they check is routing and
+# consumption, so a divergence is reported, not failed (tests/test_compare.py and test_plugin.py
+# check that it fails by default).
+WARN = {"divergence": "warn"}
 
 
 OPEN: list[openai.OpenAI] = []
@@ -56,12 +60,12 @@ def port_is_free(port: int) -> bool:
 
 @pytest.fixture(scope="module")
 def srv() -> Any:
-    with mockllm.Server(RECORDINGS) as server:
+    with mockllm.Server(RECORDINGS, **WARN) as server:
         yield server
 
 
 def test_server_listens_on_a_free_loopback_port_and_leaving_frees_it() -> None:
-    with mockllm.Server(RECORDINGS / "text-turn") as server:
+    with mockllm.Server(RECORDINGS / "text-turn", **WARN) as server:
         assert server.url.startswith("http://127.0.0.1:")
         port = int(server.url.rsplit(":", 1)[1])
         assert port != 8080 and not port_is_free(port)
@@ -217,7 +221,7 @@ def test_leaving_the_context_releases_a_held_stream() -> None:
 
 
 async def test_async_server_has_the_same_shape() -> None:
-    async with mockllm.AsyncServer(RECORDINGS, session_headers=("x-agent",)) as server:
+    async with mockllm.AsyncServer(RECORDINGS, session_headers=("x-agent",), **WARN) as server:
         port = int(server.url.rsplit(":", 1)[1])
         async with await server.run("tool-loop") as run:
             aclient = openai.AsyncOpenAI(base_url=run.base_url, api_key="unused", max_retries=0,
@@ -265,3 +269,21 @@ def test_report_problems(body: dict[str, Any], problems: list[str]) -> None:
     assert report.problems() == problems
     assert report.state == body
     assert ("1 problem(s)" in report.describe()) == bool(problems)
+
+
+def test_root_url_is_the_base_for_clients_that_add_their_own_version_path(srv: mockllm.Server) -> None:
+    """google-genai and the ollama client (sync, as most scripts use them) on `run.root_url`."""
+    import ollama
+    from google import genai
+
+    with srv.run("tool-loop") as run:
+        assert run.root_url + "/v1" == run.base_url == run.anthropic_base_url + "/v1"
+        with ollama.Client(host=run.root_url, headers=run.headers("agent")) as local:
+            first = local.chat(model="m", messages=USER, stream=False)
+        assert [c.function.name for c in first.message.tool_calls or ()] == ["bash"]
+        gemini = genai.Client(api_key="x", http_options={"base_url": run.root_url, "headers": run.headers("agent")})
+        second = gemini.models.generate_content(model="m", contents="list it")
+        assert [p.function_call.name for p in second.candidates[0].content.parts if p.function_call] == [
+            "bash", "read_file"]
+        gemini.close()
+        assert [s.served for s in run.report().sessions] == [2]

@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from logbuilder import Row, fork_tree, header, text_call, tool_call, turn_rows, write_log
 
 from mockllm.cli.validate import Diagnostic, check_scenario, check_suite
 from mockllm.dsh.reader import read_log
 from mockllm.scenario.load import load_scenario, load_suite
+from tests.logbuilder import Row, fork_tree, header, text_call, tool_call, turn_rows, write_log
 
 
 def warnings_of(folder: Path) -> list[str]:

@@ -17,7 +17,7 @@ import pytest
 from mockllm.scenario.load import load_suite
 from mockllm.server.running import start_server
 from tests.conftest import http, new_run, run_state, sse_payloads
-from tests.dshtree import chunks_entry, finish, text_call, write_override, write_sessions
+from tests.logbuilder import chunks_entry, finish, text_call, write_override, write_sessions
 
 SESSIONS = [f"agent-{n}" for n in range(5)]
 CALLS = 3

@@ -11,12 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from logbuilder import CORPUS, CORPUS_MISSING, corpus_params
 
 from mockllm.cli.validate import check_suite
 from mockllm.dsh.reader import read_log
 from mockllm.scenario.load import load_scenario, load_suite
 from mockllm.script.derive import derive_calls, recorded_calls
+from tests.logbuilder import CORPUS, CORPUS_MISSING, corpus_params
 
 # scenario -> sessions in script order: (file, kind, cut, logical events, entries)
 EXPECTED: dict[str, list[tuple[str, str, int, int, int]]] = {

@@ -14,9 +14,8 @@ import pytest
 
 from mockllm.replay.divergence import SHOWN, short_diff
 from mockllm.scenario.load import SessionScript, load_scenario
-from tests.conftest import CORPUS, corpus_or_skip, http, new_run, run_state
-from tests.dshtree import Log, header, text_call, write_log
-from tests.logbuilder import corpus_params
+from tests.conftest import http, new_run, run_state
+from tests.logbuilder import CORPUS, Log, corpus_or_skip, corpus_params, header, text_call, write_log
 
 MIXED = CORPUS / "v0-unpacked" / "acp-agent--subagent-mixed"
 MULTI = CORPUS / "v0-unpacked" / "acp-agent--subagent-multi"
@@ -193,7 +192,10 @@ async def test_ignore_input_masks_volatile_spans_and_cwd_matches_the_runs(serve,
     write_log(folder, "session.jsonl", header("p"), log.rows)
     server = await serve(folder)
     live = [{"role": "user", "content": "Started at 2026-12-01T08:15:42Z in /tmp/w/work. Go."}]
-    run, base = await new_run(server.base_url, "stamped", cwd="/tmp/w")
+    normalized, normalized_base = await new_run(server.base_url, "stamped", cwd="/tmp/w", strict=True)
+    await ask(normalized_base, "p", live)  # the built-in normalisations mask the timestamp
+    assert (await run_state(server.base_url, normalized))["divergences"] == []
+    run, base = await new_run(server.base_url, "stamped", cwd="/tmp/w", normalize=False)
     await ask(base, "p", live)
     [divergence] = (await run_state(server.base_url, run))["divergences"]
     # {{cwd}} became the run's cwd, so only the timestamp differs.
@@ -231,7 +233,7 @@ async def test_bind_content_gives_children_started_in_reverse_their_own_scripts(
 
 async def test_without_bind_content_children_started_in_reverse_swap_scripts(serve):
     corpus_or_skip()
-    server = await serve(MULTI)
+    server = await serve(MULTI, bind="order")
     run, answers = await _children_in_reverse(server)
     assert answers == {"Reply with exactly the word BETA and nothing else.": "ALPHA",
                        "Reply with exactly the word ALPHA and nothing else.": "BETA"}
@@ -245,9 +247,11 @@ async def test_bind_content_with_no_match_binds_in_order_and_reports_it(serve):
     server = await serve(MULTI)
     run, base = await new_run(server.base_url, "acp-agent--subagent-multi", bind="content")
     await ask(base, "stranger", [{"role": "user", "content": "Something never recorded."}])
-    [divergence] = (await run_state(server.base_url, run))["divergences"]
-    assert divergence["kind"] == "binding" and divergence["session"] == "session.jsonl"
-    assert "no unbound session's first recorded call matches it" in divergence["what"]
+    state = await run_state(server.base_url, run)
+    [divergence] = state["divergences"]
+    assert divergence["kind"] == "input" and divergence["session"] == "session.jsonl"
+    [notice] = state["notices"]
+    assert notice["kind"] == "bound_by_arrival" and "no unbound session's first recorded call" in notice["message"]
     _, strict_base = await new_run(server.base_url, "acp-agent--subagent-multi", bind="content", strict=True)
     with pytest.raises(openai.ConflictError):
         await ask(strict_base, "stranger", [{"role": "user", "content": "Something never recorded."}])

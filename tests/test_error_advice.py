@@ -8,7 +8,7 @@ import openai
 import pytest
 
 from tests.conftest import http
-from tests.dshtree import text_call, write_sessions
+from tests.logbuilder import text_call, write_sessions
 
 
 def client(base_url: str, headers: dict[str, str] | None = None) -> openai.AsyncOpenAI:

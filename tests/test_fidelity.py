@@ -18,7 +18,7 @@ from mockllm.replay.catalog import Catalog
 from mockllm.scenario.load import load_scenario
 from mockllm.wire import CHAT
 from mockllm.wire.chat import DONE
-from tests.conftest import CORPUS, RECORDINGS
+from tests.logbuilder import CORPUS, RECORDINGS
 
 LOGS = sorted(RECORDINGS.glob("*/session*.jsonl"))
 if CORPUS.is_dir():

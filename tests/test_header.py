@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from logbuilder import corpus_params
 
 from mockllm.dsh.header import InheritedEventCount, SessionHeader, encode_header, parse_header
 from mockllm.dsh.reader import read_log
 from mockllm.errors import HeaderError, RecordingError
+from tests.logbuilder import corpus_params
 
 
 @pytest.mark.parametrize("log", corpus_params("*/*/session*.jsonl"))

@@ -6,11 +6,11 @@ from typing import Any
 
 import msgspec
 import pytest
-from logbuilder import text_call, tool_call
 
 from mockllm.cli.tree_view import describe_entry
 from mockllm.dsh.chunks import StreamChunk
 from mockllm.script.entries import ChunksEntry, Entry, HangEntry, ThrowEntry
+from tests.logbuilder import text_call, tool_call
 
 
 def chunks(*raw: Any) -> list[StreamChunk]:

@@ -11,7 +11,7 @@ import pytest
 from mockllm.errors import ReplayFailure
 from mockllm.replay.journal import BODY_KEPT, Failures, Journal
 from tests.conftest import http, new_run, run_state
-from tests.dshtree import text_call, write_sessions
+from tests.logbuilder import text_call, write_sessions
 
 
 def _failure(code: str) -> ReplayFailure:

@@ -83,7 +83,9 @@ def test_wheel_holds_every_module_the_typing_marker_and_every_recording(installe
     modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "mockllm").rglob("*.py")}
     recordings = {"mockllm/recordings/" + p.relative_to(ROOT / "recordings").as_posix()
                   for p in (ROOT / "recordings").rglob("*") if p.is_file()}
-    assert modules | recordings | {"mockllm/py.typed"} <= names, "add the missing package to pyproject.toml"
+    # The inspector's stylesheet and scripts: package data its pages inline when served.
+    assets = {p.relative_to(ROOT).as_posix() for p in (ROOT / "mockllm" / "inspector" / "assets").iterdir()}
+    assert modules | recordings | assets | {"mockllm/py.typed"} <= names, "add the missing package to pyproject.toml"
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "mockllm = mockllm.cli.main:main" in zipfile.ZipFile(installed.wheel).read(entry_points).decode()
 
@@ -210,7 +212,9 @@ def test_a_throwaway_project_uses_the_installed_plugin(installed: Installed, tmp
     unconsumed run and the call past the end fail at teardown, each naming what happened."""
     for name in ("tool-loop", "fork-child", "text-turn"):
         shutil.copytree(ROOT / "recordings" / name, tmp_path / "trees" / name)
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmockllm_recordings = trees\naddopts = --strict-markers\n")
+    # A stand-in prompt ("go"): divergences are reported, not failed.
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\nmockllm_recordings = trees\nmockllm_divergence = warn\naddopts = --strict-markers\n")
     (tmp_path / "test_agent.py").write_text(THROWAWAY_TESTS)
     result = subprocess.run([str(installed.python), "-m", "pytest", "-p", "no:asyncio", "-p", "no:cacheprovider"],
                             cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120)
@@ -218,5 +222,9 @@ def test_a_throwaway_project_uses_the_installed_plugin(installed: Installed, tmp
     assert result.returncode == 1, out + result.stderr
     assert out.splitlines()[-1].startswith("=") and "6 passed, 2 errors" in out.splitlines()[-1], out
     assert "ERROR at teardown of test_unconsumed" in out and "ERROR at teardown of test_past_the_end" in out
+    # Each failure leaves its report, rendered with the inspector's assets from the installed package.
+    reports = sorted((tmp_path / ".pytest_cache" / "mockllm").glob("*.html"))
+    assert [r.name for r in reports] == ["test_agent.py__test_past_the_end.html", "test_agent.py__test_unconsumed.html"]
+    assert f"mockllm report: {reports[1]}" in out and ".lane-head" in reports[1].read_text()
     assert "calls 2-5 of 5 not requested" in out
     assert "failure script_exhausted in session session.jsonl (live id agent), call 2" in out

@@ -41,8 +41,10 @@ def make_ini(pytester: pytest.Pytester, *lines: str) -> None:
 
 @pytest.fixture
 def project(pytester: pytest.Pytester) -> pytest.Pytester:
-    """A project whose ini names the recordings."""
-    make_ini(pytester, f"mockllm_recordings = {RECORDINGS}")
+    """A project whose ini names the recordings. Its tests send a stand-in prompt ("go"): they check
+    routing and consumption, so divergences are reported, not failed (the default, "fail", is
+    tested in test_a_diverged_call_fails_the_test_with_its_diff_and_warn_relaxes_it)."""
+    make_ini(pytester, f"mockllm_recordings = {RECORDINGS}", "mockllm_divergence = warn")
     return pytester
 
 
@@ -134,8 +136,8 @@ def test_default_folder(mockllm_server, mockllm_run):
     assert mockllm_server.scenarios == ["text-turn"]
     assert call(mockllm_run).choices[0].message.content == "Hello from the recorded model!"
 ''')
-    pytester.runpytest("-p", "no:asyncio").assert_outcomes(passed=1)
-    make_ini(pytester, "mockllm_recordings = nowhere")
+    pytester.runpytest("-p", "no:asyncio", "--mockllm-divergence=warn").assert_outcomes(passed=1)
+    make_ini(pytester, "mockllm_recordings = nowhere", "mockllm_divergence = warn")
     pytester.runpytest(f"--mockllm-recordings={RECORDINGS / 'text-turn'}").assert_outcomes(passed=1)
 
 
@@ -224,3 +226,53 @@ def test_it(mockllm_run):
     result = pytester.runpytest("-p", "no:asyncio")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*no run of scenario 'broken': 422 scenario_invalid: *session.jsonl:1:*"])
+
+
+def test_a_diverged_call_fails_the_test_with_its_diff_and_warn_relaxes_it(pytester: pytest.Pytester) -> None:
+    make_ini(pytester, f"mockllm_recordings = {RECORDINGS}")
+    pytester.makepyfile(PRELUDE + '''
+@pytest.mark.mockllm("text-turn")
+def test_changed_prompt(mockllm_run):
+    call(mockllm_run)  # "go", where the recording asked something else
+
+@pytest.mark.mockllm("text-turn", divergence="warn")
+def test_changed_prompt_warned(mockllm_run):
+    call(mockllm_run)
+''')
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines([
+        "*::test_changed_prompt: the mockllm run did not go as recorded",
+        "mockllm run run-* of scenario 'text-turn': 1 problem(s); 1 call(s) differed from the recording, first "
+        "session.jsonl call 1 at the last user message",
+        "  diverged: session session.jsonl (live id agent) call 1, the last user message: expected *, got 'go' (*)",
+    ])
+    assert "test_changed_prompt_warned" not in result.stdout.str().split("short test summary")[-1]
+
+
+def test_marker_keywords_set_the_tests_own_run(pytester: pytest.Pytester) -> None:
+    make_ini(pytester, f"mockllm_recordings = {RECORDINGS}", "mockllm_divergence = warn")
+    pytester.makepyfile(PRELUDE + '''
+@pytest.mark.mockllm("text-turn", strict=True, bind="order", ignore_input=["x+"], consume=False)
+def test_settings(mockllm_run):
+    state = mockllm_run.report().state
+    assert state["settings"]["strict"] is True and state["settings"]["bind"] == "order"
+    assert state["settings"]["ignore_input"] == ["x+"]
+    with pytest.raises(openai.ConflictError):
+        call(mockllm_run)  # strict: "go" is not what was recorded
+    assert mockllm_run.anthropic_base_url + "/v1" == mockllm_run.base_url
+
+@pytest.mark.mockllm("text-turn", faults=[{"call": 0, "status": 503}])
+def test_faults(mockllm_run):
+    with pytest.raises(openai.InternalServerError):
+        call(mockllm_run)
+    call(mockllm_run)  # the retry gets the recorded answer
+
+@pytest.mark.mockllm("text-turn", colour="red")
+def test_unknown_keyword(mockllm_run):
+    pass
+''')
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=2, errors=2)  # test_settings: its refused call is a failure of the run
+    result.stdout.fnmatch_lines(["*expected @pytest.mark.mockllm(\"scenario\", consume=True), got *; unknown: colour; "
+                                 "run settings it takes: cwd, pace, *"])

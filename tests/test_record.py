@@ -17,8 +17,9 @@ from mockllm.cli.validate import check_suite
 from mockllm.record.command import RecordOptions, start_recorder
 from mockllm.scenario.load import load_scenario, load_suite
 from tests.agent_drive import drive, plan
-from tests.conftest import CORPUS, corpus_or_skip, new_run
+from tests.conftest import new_run
 from tests.dialect_drive import SENDERS
+from tests.logbuilder import CORPUS, corpus_or_skip
 
 # Trees with model calls (the handshake-only ones record nothing: there is nothing to replay).
 SCENARIOS = sorted(
@@ -120,7 +121,7 @@ async def test_whole_replies_in_every_dialect_and_a_headerless_responses_chain_a
     import anthropic
     import openai
 
-    from tests.dshtree import text_call, write_sessions
+    from tests.logbuilder import text_call, write_sessions
 
     tree = write_sessions(tmp_path / "tree", {"p": [text_call("ONE"), text_call("TWO"), text_call("THREE"),
                                                     text_call("FOUR")]})

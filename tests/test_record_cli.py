@@ -8,9 +8,12 @@ import sys
 
 import openai
 
+from mockllm.cli.main import main
 from mockllm.cli.validate import check_suite
+from mockllm.record.command import RecordOptions
 from mockllm.scenario.load import load_suite
-from tests.conftest import ROOT, corpus_or_skip, new_run
+from tests.conftest import new_run
+from tests.logbuilder import ROOT, corpus_or_skip
 
 
 async def test_record_verb_prints_its_base_url_and_finishes_the_tree_on_sigint(serve, tmp_path):
@@ -52,3 +55,24 @@ async def test_record_refuses_a_folder_that_already_holds_a_recording(tmp_path):
     _, errors = await asyncio.wait_for(process.communicate(), 20)
     assert process.returncode == 2
     assert "already holds a recording" in errors.decode()
+
+
+
+def test_record_takes_session_header_as_serve_does(monkeypatch):
+    """`--session-header NAME` (repeatable) reaches the recorder, which reads it as replay does
+    (test_record_proxy: a configured header names the session)."""
+    given: list[RecordOptions] = []
+    monkeypatch.setattr("mockllm.record.command.record_forever", lambda options: given.append(options) or 0)
+    assert main(["record", "--upstream", "http://127.0.0.1:9/v1", "--out", "out", "--session-header", "X-Agent-Id",
+                 "--session-header", "x-team"]) == 0
+    assert given[0].session_headers == ("X-Agent-Id", "x-team")
+
+
+def test_record_takes_side_routes_and_the_agents_folder(monkeypatch):
+    """`--side-route MODEL` (repeatable; a model, not serve's MODEL=FILE: record writes the file) and
+    `--cwd DIR` (written as {{cwd}}) reach the recorder (test_record_lineage: what it does with them)."""
+    given: list[RecordOptions] = []
+    monkeypatch.setattr("mockllm.record.command.record_forever", lambda options: given.append(options) or 0)
+    assert main(["record", "--upstream", "http://127.0.0.1:9/v1", "--out", "out", "--side-route", "claude-haiku-4-5",
+                 "--side-route", "warmup", "--cwd", "/home/dev/app"]) == 0
+    assert (given[0].side_routes, given[0].cwd) == (("claude-haiku-4-5", "warmup"), "/home/dev/app")

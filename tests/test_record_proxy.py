@@ -72,6 +72,41 @@ async def test_each_piece_reaches_the_client_before_the_upstream_sends_the_next(
     assert received == b"".join(answer.pieces), "the stream is passed on byte for byte"
 
 
+@pytest.mark.parametrize(("reads", "finish"), [("all", "stop"), ("first", "aborted")],
+                         ids=["read-to-done", "left-mid-answer"])
+async def test_only_a_client_that_leaves_before_the_answers_end_makes_a_cut(upstream, tmp_path, reads, finish):
+    """The openai SDK closes its connection once it has read `[DONE]`, and the upstream's own end (its
+    last chunk of the body) may come later: that call was read whole and is recorded as the upstream
+    sent it. A client that leaves before `[DONE]` is an agent cancelling: an aborted call."""
+    answer = text_answer("all", " of it")
+    answer.end = asyncio.Event()  # the upstream's end comes only once the recorder has recorded the call
+    if reads == "first":
+        answer.before[len(answer.pieces) - 1] = answer.end  # so does `[DONE]`: the client leaves before it
+    upstream.answers.append(answer)
+    out = tmp_path / "t"
+    recorder = await start_recorder(RecordOptions(upstream.base_url, out, port=0))
+    try:
+        async with openai.AsyncOpenAI(base_url=recorder.base_url + "/v1", api_key="x", max_retries=0,
+                                      default_headers={"x-mockllm-session": "s1"}) as client:
+            stream = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}],
+                                                          stream=True)
+            if reads == "all":
+                assert "".join([c.choices[0].delta.content or "" async for c in stream if c.choices]) == "all of it"
+            else:
+                await stream.__anext__()
+                await stream.close()
+        for _ in range(300):  # the proxy sees the client leave, and records the call
+            if recorder.tree.sessions:
+                break
+            await asyncio.sleep(0.01)
+        assert recorder.tree.sessions, "the call was recorded once the client left"
+    finally:
+        answer.end.set()
+        await recorder.close()
+    [entry] = load_scenario(out).sessions[0].entries
+    assert entry.chunks[-1].reason.kind == finish
+
+
 async def test_a_call_is_durable_when_it_ends_and_the_log_is_named_only_on_close(upstream, tmp_path):
     upstream.answers += [text_answer("one"), text_answer("two")]
     out = tmp_path / "t"
@@ -175,3 +210,19 @@ async def test_a_whole_reply_is_recorded_as_the_stream_it_stands_for(serve, upst
         completion = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}])
     assert completion.choices[0].message.content == "whole answer"
     assert await replay_text(serve, out) == "whole answer"
+
+
+async def test_a_configured_session_header_names_the_session_as_in_replay(upstream, tmp_path):
+    """Record reads `--session-header` names as replay does: two agents whose first requests are alike
+    are two sessions, each recorded under the id its header sent."""
+    upstream.answers += [text_answer("a"), text_answer("b")]
+    out = tmp_path / "t"
+    async with await start_recorder(RecordOptions(upstream.base_url, out, port=0,
+                                                  session_headers=("X-Agent-Id",))) as recorder:
+        for agent in ("agent-1", "agent-2"):
+            async with openai.AsyncOpenAI(base_url=recorder.base_url + "/v1", api_key="x", max_retries=0,
+                                          default_headers={"x-agent-id": agent}) as client:
+                stream = await client.chat.completions.create(model="m", stream=True,
+                                                              messages=[{"role": "user", "content": "q"}])
+                assert [c async for c in stream]
+    assert [(s.id, len(s.entries)) for s in load_scenario(out).sessions] == [("agent-1", 1), ("agent-2", 1)]

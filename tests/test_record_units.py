@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 import pytest
 
 from mockllm.dsh.chunks import Block, BlockEnd, BlockStart, FinishChunk, FinishReason, TextDelta, ToolCallDelta
 from mockllm.dsh.writer import encode_rows
+from mockllm.errors import AlreadyRecorded, BadRedaction, MockllmError, RecordError
 from mockllm.record.call import ObservedCall, TimedChunk, observe
+from mockllm.record.command import RecordOptions, record_forever
 from mockllm.record.events import SessionEvents
 from mockllm.record.redact import MASK, Redactor, redact_chunks
+from mockllm.record.tree import SessionTree
 from mockllm.script.inputs import recorded_inputs
 from mockllm.wire.request import Message, ToolCall
 from mockllm.wire.sse_reader import SSEReader
@@ -56,8 +61,8 @@ def test_redacted_chunks_keep_deltas_and_block_end_in_agreement():
     assert deltas == out[3].block.arguments == '{"k":"[REDACTED]"}'
 
 
-def _call(messages, chunks, started=10):
-    call = observe(messages, started)
+def _call(messages, chunks, started=10, system=None):
+    call = observe(messages, started, system=system)
     call.chunks = [TimedChunk(started + 1 + n, c) for n, c in enumerate(chunks)]
     return call
 
@@ -100,6 +105,26 @@ def test_a_request_ending_in_a_user_message_starts_the_next_turn_and_numbers_con
         "task"], "only what came after the last assistant message is a new input"
 
 
+def test_a_sessions_first_call_logs_its_system_prompt_in_a_request_header_as_dsh_does():
+    """The system prompt tells apart subagents asked the same thing (replay binds twins by it):
+    written once, before the first call's step, redacted and with `{{cwd}}` like every string."""
+    events = SessionEvents()
+    prompt = "You are the chef. Work in /home/dev/app/kitchen with key sk-abc."
+    messages = [Message("system", prompt), Message("user", "Oslo")]
+    redactor = Redactor([r"sk-[a-z]+"], cwd="/home/dev/app")
+    first = events.call(_call(messages, TOOL_ANSWER, system=prompt), redactor)
+    assert [r["type"] for r in first[:4] if isinstance(r, dict)] == [
+        "turn/start", "user/message", "request/header", "step/start"]
+    (logged,) = [r["data"] for r in first if isinstance(r, dict) and r["type"] == "request/header"]
+    assert logged == {"header": {"system": "You are the chef. Work in {{cwd}}/kitchen with key [REDACTED]."},
+                      "reason": "initial"}
+    later = events.call(_call([*messages, Message("assistant", "", (ToolCall("c1", "bash", "{}"),)),
+                               Message("tool", "ok", tool_call_id="c1")], TEXT_ANSWER, 50, system=prompt), redactor)
+    assert not [r for r in later if isinstance(r, dict) and r["type"] == "request/header"], "once per session"
+    assert not [r for r in SessionEvents().call(_call([Message("user", "x")], TEXT_ANSWER), redactor)
+                if isinstance(r, dict) and r["type"] == "request/header"], "no system prompt, no header"
+
+
 def test_closing_ends_an_open_step_and_turn():
     events = SessionEvents()
     events.call(_call([Message("user", "go")], TOOL_ANSWER), Redactor())
@@ -119,3 +144,27 @@ def test_observed_call_knows_when_the_answer_calls_tools():
     assert _call([Message("user", "x")], TOOL_ANSWER).calls_tools
     assert not _call([Message("user", "x")], TEXT_ANSWER).calls_tools
     assert isinstance(observe([], 0), ObservedCall) and not observe([], 0).starts_turn
+
+
+def test_a_bad_redact_pattern_is_a_record_error_naming_it():
+    with pytest.raises(BadRedaction, match=r"--redact '\(' is not a regular expression") as caught:
+        Redactor([r"sk-[a-z]+", "("])
+    assert isinstance(caught.value, MockllmError) and isinstance(caught.value, re.error)
+
+
+def test_record_exits_2_naming_a_bad_redact_pattern_and_creates_nothing(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert record_forever(RecordOptions("http://127.0.0.1:9/v1", out, redact=("(",), port=0)) == 2
+    assert "mockllm record: --redact '('" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_folder_holding_a_recording_or_that_is_a_file_is_refused_with_a_record_error(tmp_path):
+    (tmp_path / "session.1.jsonl.partial").write_text("")
+    with pytest.raises(AlreadyRecorded, match=r"already holds a recording \(session.1.jsonl.partial\)") as caught:
+        SessionTree(tmp_path)
+    assert isinstance(caught.value, FileExistsError), "what it was before it had a class of its own"
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("")
+    with pytest.raises(RecordError, match="cannot record there"):
+        SessionTree(a_file)

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from logbuilder import CORPUS, CORPUS_MISSING
 
 from mockllm.dsh.chunks import ReasoningDelta, TextDelta, ToolCallDelta
 from mockllm.dsh.reader import CallChunk, SessionLog, read_log
 from mockllm.errors import RecordingError
+from tests.logbuilder import CORPUS, CORPUS_MISSING
 
 HEAD = '{"type":"session","version":0,"id":"p","createdAt":0}'
 

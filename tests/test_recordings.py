@@ -304,3 +304,10 @@ def test_empty_block_has_only_start_and_end(suite_scenarios: dict[str, Scenario]
     kinds = [type(c).__name__ for c in entry.chunks if getattr(c, "index", None) == text_index]
     assert kinds == ["BlockStart", "BlockEnd"]
     assert entry_text(entry) == "Hello from a block with no deltas."
+
+
+def test_the_bundled_recordings_of_a_source_checkout_are_its_top_level_folder() -> None:
+    from mockllm.server.running import bundled_recordings
+
+    found = bundled_recordings()
+    assert found.is_dir() and (found / "tool-loop").is_dir(), found

@@ -10,9 +10,11 @@ import openai
 import pytest
 
 from mockllm.replay.conversations import ConversationIndex
+from mockllm.replay.routing import calling_session, header_session
 from mockllm.wire.chat_request import chat_messages
+from mockllm.wire.request import Request
 from tests.conftest import assert_mock_error, http, new_run, run_state
-from tests.dshtree import (
+from tests.logbuilder import (
     FORK_ID,
     FORK_TASK,
     MIXED_ANSWERS,
@@ -401,3 +403,21 @@ def test_index_real_differences_start_a_new_conversation(change):
     index = ConversationIndex()
     route(index, [*msgs(S, U1), TOOL_TURN])
     assert route(index, [*msgs(S, U1), change(TOOL_TURN), *msgs(U2)]) == ("conversation-2", True)
+
+
+def test_the_routing_rule_replay_and_record_share_tries_header_then_reply_then_conversation():
+    request = Request(stream=True, include_usage=True, model="m", raw_conversation=[], _decode=lambda raw: [],
+                      continues="resp_1")
+    asked: list[Request] = []
+
+    def by_conversation(r: Request) -> str:
+        asked.append(r)
+        return "conversation-1"
+
+    assert calling_session("from-header", request, {"resp_1": "chain"}.get, by_conversation) == "from-header"
+    assert calling_session(None, request, {"resp_1": "chain"}.get, by_conversation) == "chain"
+    assert calling_session(None, request, {}.get, by_conversation) == "conversation-1"
+    assert asked == [request], "the conversation is looked at only when nothing else names the session"
+    assert header_session({"x-b": "2", "x-a": "1"}, ("x-a", "x-b")) == "1", "the first configured name wins"
+    assert header_session({"x-b": ""}, ("x-a", "x-b")) == "", "an empty value still names a session"
+    assert header_session({}, ("x-a",)) is None

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from logbuilder import chunk_rows, fork_tree, header, text_call, tool_call, turn_rows, write_log
 
 from mockllm.dsh.chunks import (
     Block,
@@ -24,6 +23,7 @@ from mockllm.errors import RecordingError
 from mockllm.scenario.load import ScenarioError, load_scenario
 from mockllm.script.derive import derive_calls, recorded_calls
 from mockllm.script.entries import ChunksEntry, Entry, HangEntry
+from tests.logbuilder import chunk_rows, fork_tree, header, text_call, tool_call, turn_rows, write_log
 
 
 def text_of(entry: Entry) -> str:

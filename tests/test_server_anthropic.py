@@ -18,8 +18,9 @@ import pytest
 from mockllm.scenario.load import load_scenario
 from mockllm.script.entries import ChunksEntry, HangEntry, ThrowEntry
 from tests.anthropic_client import SDK_ERRORS, create_message, expected_from_entry, sdk_base, stream_message
-from tests.conftest import CORPUS, corpus_or_skip, http, new_run, run_state
-from tests.dshtree import (
+from tests.conftest import http, new_run, run_state
+from tests.logbuilder import (
+    CORPUS,
     FORK_ID,
     FORK_TASK,
     MIXED_ANSWERS,
@@ -28,6 +29,7 @@ from tests.dshtree import (
     SPAWN_ID,
     SPAWN_TASK,
     SYSTEM,
+    corpus_or_skip,
     text_call,
     write_mixed_tree,
     write_override,

@@ -11,7 +11,8 @@ import pytest
 
 from mockllm.scenario.load import load_scenario
 from mockllm.script.entries import ChunksEntry, HangEntry, ThrowEntry
-from tests.conftest import CORPUS, corpus_or_skip, http
+from tests.conftest import http
+from tests.logbuilder import CORPUS, corpus_or_skip
 from tests.replay_client import expected_from_entry, received_from_stream
 
 SCENARIOS = sorted(p.parent for p in CORPUS.glob("*/*/session.jsonl")) if CORPUS.is_dir() else []

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from tests.conftest import http, new_run, run_state
-from tests.dshtree import (
+from tests.logbuilder import (
     FORK_ARGS,
     MODEL,
     SPAWN_ARGS,

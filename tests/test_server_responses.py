@@ -18,8 +18,9 @@ import pytest
 from mockllm.dsh.chunks import BlockEnd, BlockStart, FinishChunk, ReasoningDelta, TextDelta, ToolCallDelta, UsageChunk
 from mockllm.scenario.load import load_scenario
 from mockllm.script.entries import ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
-from tests.conftest import CORPUS, corpus_or_skip, new_run, run_state
-from tests.dshtree import (
+from tests.conftest import new_run, run_state
+from tests.logbuilder import (
+    CORPUS,
     FORK_ID,
     FORK_TASK,
     MIXED_ANSWERS,
@@ -29,6 +30,7 @@ from tests.dshtree import (
     SPAWN_TASK,
     SYSTEM,
     chunks_entry,
+    corpus_or_skip,
     finish,
     text_call,
     write_mixed_tree,
@@ -208,8 +210,8 @@ async def test_a_cut_stream_ends_with_no_completed_response(serve, tmp_path):
 
 
 async def test_max_tokens_is_an_incomplete_response(serve, tmp_path):
-    server = await serve(scripted(tmp_path / "s", chunks_entry(text_call("cut sh", finish_kind="max-tokens")),
-                                  chunks_entry(text_call("cut sh", finish_kind="max-tokens"))))
+    server = await serve(scripted(tmp_path / "s", chunks_entry(text_call("cut sh", finish="max-tokens")),
+                                  chunks_entry(text_call("cut sh", finish="max-tokens"))))
     _, base = await new_run(server.base_url, "s")
     async with client(base) as sdk:
         final = await sdk.responses.create(model="m", input="q")

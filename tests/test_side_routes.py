@@ -16,8 +16,17 @@ from mockllm.cli.tree_view import describe_entry, describe_suite, suite_to_json
 from mockllm.cli.validate import check_suite
 from mockllm.errors import ScenarioError
 from mockllm.scenario.load import load_scenario, load_suite
-from tests.conftest import CORPUS, corpus_or_skip, http, new_run, run_state
-from tests.dshtree import chunks_entry, header, text_call, write_log, write_override, write_sessions
+from tests.conftest import http, new_run, run_state
+from tests.logbuilder import (
+    CORPUS,
+    chunks_entry,
+    corpus_or_skip,
+    header,
+    text_call,
+    write_log,
+    write_override,
+    write_sessions,
+)
 
 PRIMARY = "rec-primary"
 TITLE = "title-model"

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from logbuilder import header, text_call, turn_rows, write_log
 
+from mockllm.dsh.names import SIDECAR_FILE
 from mockllm.scenario.load import Scenario, ScenarioError, load_scenario
 from mockllm.script.entries import ChunksEntry, HangEntry, ThrowEntry
-from mockllm.script.sidecar import SIDECAR_FILE
+from tests.logbuilder import header, text_call, turn_rows, write_log
 
 
 def scenario(folder: Path, sidecar: str, calls: int = 2) -> Path:

@@ -19,7 +19,7 @@ from mockllm.wire.dialect import Envelope
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Message, ToolCall
 from mockllm.wire.sse import iter_events
-from tests.conftest import CORPUS
+from tests.logbuilder import CORPUS, CORPUS_MISSING
 
 ENVELOPE = Envelope("msg_1", 1700000000, "m")
 DIALECT = AnthropicMessages()
@@ -431,7 +431,7 @@ def decode_stream(raw: bytes) -> list[StreamChunk]:
 
 def _corpus_entries() -> list[Any]:
     if not CORPUS.is_dir():
-        return [pytest.param(None, marks=pytest.mark.skip(reason=f"the shared corpus is absent ({CORPUS})"))]
+        return [pytest.param(None, marks=pytest.mark.skip(reason=CORPUS_MISSING))]
     out = []
     for folder in sorted(p.parent for p in CORPUS.glob("*/*/session.jsonl")):
         for session in load_scenario(Path(folder)).sessions:

@@ -21,8 +21,7 @@ from mockllm.wire.reply import Reply
 from mockllm.wire.request import Message, ToolCall
 from mockllm.wire.responses import Responses, render_entry
 from mockllm.wire.sse import iter_events
-from tests.conftest import CORPUS, corpus_or_skip
-from tests.dshtree import text_call, write_sessions
+from tests.logbuilder import CORPUS, corpus_or_skip, text_call, write_sessions
 
 ENVELOPE = Envelope("resp_mockllm_0_1", 1700000000, "m")
 RESPONSES = Responses()

@@ -8,16 +8,17 @@ from typing import Any
 
 import msgspec
 import pytest
-from logbuilder import chunk_rows, corpus_params, header, stamped, text_call, turn_rows
 
 from mockllm.dsh.chunks import TextDelta
 from mockllm.dsh.header import InheritedEventCount, SessionHeader
-from mockllm.dsh.reader import PACKED_TYPES, Event, SessionLog, parse_log, read_log
+from mockllm.dsh.names import PACKED_TYPES
+from mockllm.dsh.reader import Event, SessionLog, parse_log, read_log
 from mockllm.dsh.writer import SessionWriter, encode_log, partial_path, recover, write_log
 from mockllm.errors import RecordingError
 from mockllm.scenario.load import is_scenario, load_scenario
 from mockllm.script.derive import calls_to_entries, derive_calls
 from mockllm.script.entries import ChunksEntry
+from tests.logbuilder import chunk_rows, corpus_params, header, stamped, text_call, turn_rows
 
 RECORDINGS = Path(__file__).resolve().parents[1] / "recordings"
 # Row fields the reader models; a corpus row with others (dsh's `surfaceOp`, `sourceEventSeqs`)
@@ -316,3 +317,33 @@ def test_a_recording_never_overwrites(tmp_path: Path, leftover: str) -> None:
     with pytest.raises(FileExistsError, match=leftover):
         SessionWriter(tmp_path / "session.jsonl", header("live"))
     assert (tmp_path / leftover).read_bytes() == b"keep me"
+
+
+@pytest.mark.parametrize("pack", [False, True], ids=["unpacked", "packed"])
+def test_a_recording_closed_under_another_name_and_header_is_written_anew_there(tmp_path: Path, pack: bool) -> None:
+    """Record mode learns a session's place in its tree only at the end: its log is closed under its
+    final name and header, complete there, and nothing is left under the provisional one."""
+    provisional = tmp_path / "session.jsonl"
+    rec, events = record_two_calls(provisional, pack=pack)
+    final = tmp_path / "session.2.jsonl"
+    placed = SessionHeader("live", 5001, parent_session="root")
+    assert rec.close(path=final, header=placed) == final
+    assert final.read_bytes() == encode_log(placed, events, pack=pack)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["session.2.jsonl"], "no partial, no .finishing"
+    assert rec.close() == final, "closing again does nothing"
+
+
+def test_closing_under_the_same_name_and_header_only_renames(tmp_path: Path) -> None:
+    path = tmp_path / "session.jsonl"
+    rec, events = record_two_calls(path)
+    assert rec.close(path=path, header=header("live")) == path
+    assert path.read_bytes() == encode_log(header("live"), events)
+
+
+def test_closing_under_a_name_already_taken_refuses_and_keeps_both(tmp_path: Path) -> None:
+    rec, _ = record_two_calls(tmp_path / "session.1.jsonl")
+    (tmp_path / "session.jsonl").write_bytes(b"keep me")
+    with pytest.raises(FileExistsError, match=r"session\.jsonl: a session log is already recorded"):
+        rec.close(path=tmp_path / "session.jsonl", header=header("live"))
+    assert (tmp_path / "session.jsonl").read_bytes() == b"keep me"
+    assert partial_path(tmp_path / "session.1.jsonl").exists()

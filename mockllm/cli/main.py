@@ -22,7 +22,9 @@ def _parser() -> argparse.ArgumentParser:
 
     inspect = verbs.add_parser("inspect", help="print a session tree: sessions, kinds, cuts, calls")
     inspect.add_argument("path", type=Path)
-    inspect.add_argument("--json", action="store_true", help="machine-readable output")
+    shape = inspect.add_mutually_exclusive_group()
+    shape.add_argument("--json", action="store_true", help="machine-readable output")
+    shape.add_argument("--tree", action="store_true", help="draw each scenario as a tree: children under parents")
     _add_side_route(inspect)
 
     check = verbs.add_parser("check", help="validate a scenario or suite; exit 1 on any error")
@@ -45,6 +47,10 @@ def _side_route(text: str) -> SideRouteSpec:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+# The serve options record mode shares: where it listens, and which headers name the calling session.
+RECORD_SERVE_OPTIONS = ("host", "port", "session_headers")
+
+
 def _add_record(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     record = verbs.add_parser("record", help="proxy a real upstream and record its answers as a session tree")
     record.add_argument("--upstream", required=True, metavar="URL",
@@ -53,8 +59,13 @@ def _add_record(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     record.add_argument("--pack", action="store_true", help="write packed chunk rows")
     record.add_argument("--redact", action="append", default=[], metavar="REGEX",
                         help="mask matches in every recorded string (repeatable)")
-    record.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    record.add_argument("--port", type=int, default=8080, help="port to listen on; 0 picks a free one")
+    add_arguments(record, only=RECORD_SERVE_OPTIONS)
+    # Not serve's --side-route MODEL=FILE nor serve's --cwd: record writes the file and the placeholder.
+    record.add_argument("--side-route", dest="record_side_routes", action="append", default=[], metavar="MODEL",
+                        help="write MODEL's calls as a side route's script (side.MODEL.json, declared in "
+                             "mockllm.json), not as sessions: a title model, warm-ups (repeatable)")
+    record.add_argument("--cwd", dest="record_cwd", metavar="DIR",
+                        help="the agent's working folder: written as {{cwd}} in recorded strings, as dsh does")
     record.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
 
 
@@ -68,11 +79,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mockllm.record.command import RecordOptions, record_forever
 
         return record_forever(RecordOptions(args.upstream, args.out, pack=args.pack, redact=tuple(args.redact),
-                                            host=args.host, port=args.port, log_level=args.log_level))
+                                            host=args.host, port=args.port, log_level=args.log_level,
+                                            session_headers=tuple(args.session_headers),
+                                            side_routes=tuple(args.record_side_routes), cwd=args.record_cwd))
     if args.verb == "inspect":
         from mockllm.cli.tree_view import run_inspect
 
-        return run_inspect(args.path, as_json=args.json, side_routes=args.side_routes)
+        return run_inspect(args.path, as_json=args.json, as_tree=args.tree, side_routes=args.side_routes)
     from mockllm.cli.validate import run_check
 
     return run_check(args.path, side_routes=args.side_routes)

@@ -1,6 +1,8 @@
 """`mockllm inspect`: show a session tree, each session's kind and cut, and the gist of each entry.
 
-The human output is for reading at a glance; `--json` is a fixed shape that external tools read:
+The human output is for reading at a glance; `--tree` draws each scenario as a person would (children
+under the session that made them, box-drawing lines: `mockllm.inspector.tree`); `--json` is a fixed
+shape that external tools read:
 `{"scenarios":[{"name","sessions":[{"id","file","parent","kind","cut","events","entries"}]}]}`,
 plus `"side_routes": [{"model","file","repeat","entries"}]` on a scenario that declares any, and
 a top-level `"broken"` list only when some scenario failed to load.
@@ -14,6 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from mockllm.dsh.chunks import (
     BlockEnd,
     BlockStart,
@@ -23,16 +27,19 @@ from mockllm.dsh.chunks import (
     TextDelta,
     ToolCallDelta,
 )
+from mockllm.dsh.names import PRIMARY_FILE, SIDECAR_FILE
 from mockllm.errors import NotAScenarioError, ScenarioError
-from mockllm.scenario.load import Scenario, SessionScript, Suite, load_suite
+from mockllm.inspector.tree import draw_tree
+from mockllm.scenario.load import Scenario, Suite, load_suite
 from mockllm.scenario.side_routes import SideRouteSpec
+from mockllm.scenario.summary import SessionSummary, age, summarize
 from mockllm.script.entries import Entry, HangEntry, ThrowEntry
 
 GIST_WORDS = 8
 GIST_MESSAGE_CHARS = 80
 
 
-def run_inspect(path: Path, *, as_json: bool, side_routes: Sequence[SideRouteSpec] = ()) -> int:
+def run_inspect(path: Path, *, as_json: bool, as_tree: bool = False, side_routes: Sequence[SideRouteSpec] = ()) -> int:
     """Print the scenario or suite at `path`; 1 when PATH is not one or a scenario is broken."""
     try:
         suite = load_suite(path, side_routes=side_routes)
@@ -44,6 +51,8 @@ def run_inspect(path: Path, *, as_json: bool, side_routes: Sequence[SideRouteSpe
         if suite.skipped:
             # Kept off stdout so the JSON stays exactly the documented shape.
             print(f"mockllm inspect: skipped (not scenarios): {', '.join(suite.skipped)}", file=sys.stderr)
+    elif as_tree:
+        print("\n".join(draw_suite(suite)))
     else:
         print("\n".join(describe_suite(suite)))
     return 1 if suite.broken else 0
@@ -60,22 +69,8 @@ def suite_to_json(suite: Suite) -> dict[str, Any]:
 
 
 def scenario_to_json(scenario: Scenario) -> dict[str, Any]:
-    doc: dict[str, Any] = {"name": scenario.name, "sessions": [session_to_json(s) for s in scenario.sessions]}
-    if scenario.side_routes:  # only when declared: the documented shape stays as it was for the rest
-        doc["side_routes"] = [r.summary() for r in scenario.side_routes]
+    doc: dict[str, Any] = msgspec.to_builtins(summarize(scenario))
     return doc
-
-
-def session_to_json(session: SessionScript) -> dict[str, Any]:
-    return {
-        "id": session.id,
-        "file": session.file,
-        "parent": session.parent,
-        "kind": session.kind,
-        "cut": session.cut,
-        "events": session.events,
-        "entries": len(session.entries),
-    }
 
 
 def broken_to_json(name: str, error: ScenarioError) -> dict[str, Any]:
@@ -94,7 +89,7 @@ def describe_suite(suite: Suite) -> list[str]:
         lines.extend(describe_scenario(scenario))
         lines.append("")
     if suite.skipped:
-        lines.append(f"skipped (not scenarios: no session.jsonl, no replay.override.json): {', '.join(suite.skipped)}")
+        lines.append(f"skipped (not scenarios: no {PRIMARY_FILE}, no {SIDECAR_FILE}): {', '.join(suite.skipped)}")
     for name, error in suite.broken.items():
         lines.append(f"broken: {name}")
         lines.extend(f"  {problem}" for problem in error.problems)
@@ -103,39 +98,55 @@ def describe_suite(suite: Suite) -> list[str]:
     return lines
 
 
+def draw_suite(suite: Suite) -> list[str]:
+    """Each scenario as a tree, a blank line between; then what was skipped and what is broken."""
+    lines: list[str] = []
+    for scenario in suite.scenarios.values():
+        lines += [*draw_tree(summarize(scenario)), ""]
+    return lines + describe_suite(Suite(suite.path, {}, suite.broken, suite.skipped))
+
+
 def describe_scenario(scenario: Scenario) -> list[str]:
-    total = sum(len(s.entries) for s in scenario.sessions)
-    lines = [f"{scenario.name}  ({counted(len(scenario.sessions), 'session')}, {counted(total, 'entry', 'entries')})"]
+    summary = summarize(scenario)
+    total = sum(s.entries for s in summary.sessions)
+    lines = [f"{summary.name}  ({counted(len(summary.sessions), 'session')}, {counted(total, 'entry', 'entries')})"]
+    if summary.recorded is not None:
+        recorded = summary.recorded
+        lines.append(f"  recorded {age(recorded)} ({recorded.get('at')}) by {recorded.get('by', 'mockllm')}, record "
+                     f"mode {recorded.get('mode', '?')}, from {recorded.get('upstream') or 'an unknown upstream'}")
     # Pad the columns that vary in width so a tree's sessions line up.
-    file_width = max(len(s.file) for s in scenario.sessions)
-    for session in scenario.sessions:
+    file_width = max(len(s.file) for s in summary.sessions)
+    for session, script in zip(summary.sessions, scenario.sessions, strict=True):
         lines.append("  " + describe_session(session, file_width))
         if not session.entries:
             lines.append("    (no model calls)")
-        for number, entry in enumerate(session.entries):
-            lines.append(f"    #{number:<2} {describe_entry(entry)}")
-    for route in scenario.side_routes:
+        lines += describe_entries(script.entries)
+    for route, side in zip(summary.side_routes, scenario.side_routes, strict=True):
         repeat = ", its last entry repeats" if route.repeat else ""
         lines.append(f"  side route: model {route.model} <- {route.file}  "
-                     f"({counted(len(route.entries), 'entry', 'entries')}{repeat})")
-        for number, entry in enumerate(route.entries):
-            lines.append(f"    #{number:<2} {describe_entry(entry)}")
+                     f"({counted(route.entries, 'entry', 'entries')}{repeat})")
+        lines += describe_entries(side.entries)
     return lines
 
 
-def describe_session(session: SessionScript, file_width: int = 0) -> str:
+def describe_session(session: SessionSummary, file_width: int = 0) -> str:
     """One line: file, kind, cut, logical events, entries, id (and parent for a child)."""
     parts = [
         session.file.ljust(file_width),
         session.kind.ljust(7),
         f"cut {session.cut:<3}",
         f"{counted(session.events, 'event'):>10}",
-        f"{counted(len(session.entries), 'entry', 'entries'):>10}",
+        f"{counted(session.entries, 'entry', 'entries'):>10}",
         f"id {session.id}",
     ]
     if session.parent is not None:
         parts.append(f"parent {session.parent}")
     return "  ".join(parts)
+
+
+def describe_entries(entries: list[Entry]) -> list[str]:
+    """One numbered line per script entry."""
+    return [f"    #{number:<2} {describe_entry(entry)}" for number, entry in enumerate(entries)]
 
 
 def describe_entry(entry: Entry) -> str:

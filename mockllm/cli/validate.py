@@ -17,12 +17,11 @@ from typing import Any, Literal
 import msgspec
 
 from mockllm.cli.tree_view import counted
+from mockllm.dsh.names import TURN_END
 from mockllm.dsh.reader import CallChunk, Event, SessionLog
 from mockllm.errors import NotAScenarioError
 from mockllm.scenario.load import Scenario, SessionScript, Suite, load_suite
 from mockllm.scenario.side_routes import SideRouteSpec
-
-TURN_END = "turn/end"
 
 Severity = Literal["error", "warning"]
 
@@ -130,7 +129,7 @@ def _check_fork(session: SessionScript, parent: SessionScript | None) -> list[Di
         before = log.events[cut - 1]
         diagnostics.append(_warn(
             session, 1,
-            f"seedLength {cut} does not fall right after a turn/end: logical event {cut - 1} "
+            f"seedLength {cut} does not fall right after a {TURN_END}: logical event {cut - 1} "
             f"(line {before.line}) is {before.type}; a fork inherits whole turns, so check seedLength "
             "(it counts logical events, packed rows expanded)",
         ))

@@ -1,1 +1,1 @@
-"""The recording format dsh writes (pure): chunks, the header, the reader and the writer."""
+"""The recording format dsh writes (pure): its names, chunks, the header, the reader and the writer."""

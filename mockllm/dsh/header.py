@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from mockllm.dsh.names import HEADER_TYPE
 from mockllm.errors import HeaderError
 
 SessionKind = Literal["primary", "spawn", "fork"]
@@ -34,7 +35,7 @@ class InheritedEventCount:
 
     def __post_init__(self) -> None:
         if isinstance(self.value, bool) or not isinstance(self.value, int) or self.value < 0:
-            raise ValueError(f"inherited event count must be a whole number >= 0, not {self.value!r}")
+            raise HeaderError(f"inherited event count must be a whole number >= 0, not {self.value!r}")
 
 
 NOTHING_INHERITED = InheritedEventCount(0)
@@ -54,7 +55,7 @@ class SessionHeader:
 
     def __post_init__(self) -> None:
         if not self.is_seeded and self.inherited.value != 0:
-            raise ValueError("an unseeded session inherits no events")
+            raise HeaderError("an unseeded session inherits no events")
 
     @property
     def kind(self) -> SessionKind:
@@ -74,7 +75,7 @@ def parse_header(line: bytes) -> SessionHeader:
         raw = msgspec.json.decode(line)
     except msgspec.DecodeError as exc:
         raise HeaderError(f"malformed JSON in the session header: {exc}") from None
-    if not isinstance(raw, dict) or raw.get("type") != "session":
+    if not isinstance(raw, dict) or raw.get("type") != HEADER_TYPE:
         raise HeaderError('expected a session header {"type":"session","version":0,"id":…}')
     version = raw.get("version")
     if version != FORMAT_VERSION:
@@ -97,7 +98,7 @@ def parse_header(line: bytes) -> SessionHeader:
     is_seeded = "seedLength" in raw
     try:
         inherited = InheritedEventCount(raw["seedLength"]) if is_seeded else NOTHING_INHERITED
-    except ValueError:
+    except HeaderError:
         raise HeaderError(f'"seedLength" must be a whole number >= 0, not {raw["seedLength"]!r}') from None
     return SessionHeader(
         id=session_id,
@@ -113,7 +114,7 @@ def parse_header(line: bytes) -> SessionHeader:
 
 def encode_header(header: SessionHeader) -> bytes:
     """Write the physical v0 header line (no trailing newline)."""
-    known: dict[str, Any] = {"type": "session", "version": FORMAT_VERSION, "id": header.id,
+    known: dict[str, Any] = {"type": HEADER_TYPE, "version": FORMAT_VERSION, "id": header.id,
                              "createdAt": header.created_at}
     if header.cwd is not None:
         known["cwd"] = header.cwd

@@ -20,10 +20,8 @@ import msgspec
 
 from mockllm.dsh.chunks import ReasoningDelta, StreamChunk, TextDelta, ToolCallDelta
 from mockllm.dsh.header import SessionHeader, parse_header
+from mockllm.dsh.names import CHUNK_EVENT, PACKED_TYPES, TEXT_CHUNKS, TOOL_CALL_CHUNKS
 from mockllm.errors import HeaderError, RecordingError
-
-CHUNK_EVENT = "assistant/chunk"
-PACKED_TYPES = ("text-chunks", "reasoning-chunks", "tool-call-chunks")
 
 Layout = Literal["full", "projected"]
 
@@ -127,7 +125,8 @@ def parse_log(buf: bytes, path: Path) -> SessionLog:
             try:
                 data = _chunk_decoder.decode(row.data)
             except msgspec.DecodeError as exc:
-                raise RecordingError(path, lineno, _describe(exc, "assistant/chunk data {turn, step, chunk}")) from None
+                expected = f"{CHUNK_EVENT} data {{turn, step, chunk}}"
+                raise RecordingError(path, lineno, _describe(exc, expected)) from None
             append(Event(CHUNK_EVENT, seq, row.time, lineno, data))
         elif kind in PACKED_TYPES:
             _expand_packed(row, lineno, path, events)
@@ -187,7 +186,7 @@ def _expand_packed(row: _Row, lineno: int, path: Path, events: list[Event]) -> N
     """Expand a packed row into one assistant/chunk event per member (seq0+k, time0+sum(dt[:k]))."""
     packed: _PackedToolCall | _PackedTexts
     try:
-        if row.type == "tool-call-chunks":
+        if row.type == TOOL_CALL_CHUNKS:
             packed = _tool_call_decoder.decode(row.data)
         else:
             packed = _texts_decoder.decode(row.data)
@@ -211,7 +210,7 @@ def _expand_packed(row: _Row, lineno: int, path: Path, events: list[Event]) -> N
         call_id, name = packed.id, packed.name
         chunks = (ToolCallDelta(index, piece, call_id, name) for piece in pieces)
     else:
-        delta = TextDelta if row.type == "text-chunks" else ReasoningDelta
+        delta = TextDelta if row.type == TEXT_CHUNKS else ReasoningDelta
         chunks = (delta(index, piece) for piece in pieces)
     events.extend(
         Event(CHUNK_EVENT, seq + k, time, lineno, CallChunk(turn, step, chunk))

@@ -1,4 +1,4 @@
-"""Write dsh v0 session logs: the counterpart of `recording.py`, used by record mode and by every
+"""Write dsh v0 session logs: the counterpart of `reader.py`, used by record mode and by every
 generator and test builder, so that no log is written by hand.
 
 The pure part turns a header and a list of events into the log's bytes, in any of the reader's
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -23,18 +24,18 @@ import msgspec
 
 from mockllm.dsh.chunks import ToolCallDelta
 from mockllm.dsh.header import SessionHeader, encode_header
-from mockllm.dsh.reader import CHUNK_EVENT, CallChunk, Event, parse_log
+from mockllm.dsh.names import CHUNK_EVENT, PARTIAL_SUFFIX, REASONING_CHUNKS, TEXT_CHUNKS, TOOL_CALL_CHUNKS
+from mockllm.dsh.reader import CallChunk, Event, parse_log
+from mockllm.errors import AlreadyRecorded, WriterClosed
 
 Row = Mapping[str, Any]
 EventLike = Event | Row
 
 MIN_PACKED_RUN = 3  # shorter runs cost more as a packed row than as plain events
-PARTIAL_SUFFIX = ".partial"
 
 # The delta chunk types a packed row can hold, and which keys each member may carry: a chunk with
 # any other key stays a plain event, since a packed row would silently drop it.
-_PACKED_TYPE = {"text-delta": "text-chunks", "reasoning-delta": "reasoning-chunks",
-                "tool-call-delta": "tool-call-chunks"}
+_PACKED_TYPE = {"text-delta": TEXT_CHUNKS, "reasoning-delta": REASONING_CHUNKS, "tool-call-delta": TOOL_CALL_CHUNKS}
 _TEXT_KEYS = frozenset(("type", "index", "text"))
 _PACKABLE_KEYS = {"text-delta": _TEXT_KEYS, "reasoning-delta": _TEXT_KEYS,
                   "tool-call-delta": frozenset(("type", "index", "id", "name", "argumentsDelta"))}
@@ -209,42 +210,63 @@ class SessionWriter:
 
     Packing (`pack=True`) works per batch: a packed run never spans two calls anyway, since its
     members share one (turn, step) and one block.
+
+    A recorder that learns a session's place in its tree only at the end (record mode infers
+    lineage from what later requests carry) closes it under another name and header:
+    `close(path=…, header=…)`. The log is then written anew there (`<name>.finishing`, fsync'd,
+    renamed) and the partial file removed, so every named log is still complete.
     """
 
-    def __init__(self, path: Path, header: SessionHeader, *, pack: bool = False) -> None:
+    def __init__(self, path: Path, header: SessionHeader, *, pack: bool = False, durable: bool = True) -> None:
+        """`durable=False`: batches are not fsync'd one by one, only the log when it is closed (a log
+        in a folder that is renamed into place once complete, where a crash leaves nothing to salvage)."""
         self.path = path
         self.partial = partial_path(path)
         self.pack = pack
+        self.durable = durable
         self.events_written = 0  # logical events so far: the next event's seq, when seq is contiguous
         if path.exists():
-            raise FileExistsError(f"{path}: a session log is already recorded there; record into a new folder")
+            raise AlreadyRecorded(f"{path}: a session log is already recorded there; record into a new folder")
         try:
             # Exclusive: a leftover partial is a crashed recording to recover or delete, not to overwrite.
             self._file = self.partial.open("xb")
         except FileExistsError:
-            raise FileExistsError(
+            raise AlreadyRecorded(
                 f"{self.partial}: a crashed recording was left here; salvage it with "
                 "mockllm.dsh.writer.recover() or delete it") from None
         self._abandoned = False
-        self._write(encode_header(header) + b"\n")
+        self._header = encode_header(header)
+        self._write(self._header + b"\n")
         _fsync_dir(self.partial.parent)  # the partial file's name must survive a crash too
 
     def append(self, events: Sequence[EventLike]) -> None:
         """Write one batch durably (complete lines, one write, fsync'd); normally a whole call."""
         if self._file.closed:
-            raise ValueError(f"{self.partial}: append after {'abandon' if self._abandoned else 'close'}")
+            raise WriterClosed(f"{self.partial}: append after {'abandon' if self._abandoned else 'close'}")
         if events:
             self._write(encode_rows(events, pack=self.pack))
             self.events_written += len(events)
 
-    def close(self) -> Path:
-        """End the recording: the log takes its name. Closing again does nothing."""
+    def close(self, *, path: Path | None = None, header: SessionHeader | None = None) -> Path:
+        """End the recording: the log takes its name, or `path` with line 0 replaced by `header` when
+        either is given and differs. Closing again does nothing."""
         if self._abandoned:
-            raise ValueError(f"{self.partial}: the recording was abandoned and may be torn; see recover()")
-        if not self._file.closed:
-            self._file.close()
+            raise WriterClosed(f"{self.partial}: the recording was abandoned and may be torn; see recover()")
+        if self._file.closed:
+            return self.path
+        if not self.durable:
+            os.fsync(self._file.fileno())
+        self._file.close()
+        target = path or self.path
+        line = encode_header(header) if header is not None else self._header
+        if target == self.path and line == self._header:
             os.replace(self.partial, self.path)
-            _fsync_dir(self.path.parent)
+        else:
+            if target.exists():
+                raise AlreadyRecorded(f"{target}: a session log is already recorded there; not replacing it")
+            _rewrite(self.partial, target, line)
+            self.path = target
+        _fsync_dir(self.path.parent)
         return self.path
 
     def abandon(self) -> None:
@@ -267,11 +289,29 @@ class SessionWriter:
         try:
             self._file.write(data)
             self._file.flush()
-            os.fsync(self._file.fileno())
+            if self.durable:
+                os.fsync(self._file.fileno())
         except BaseException:
             # Part of the batch may be in the file (a full disk, an interrupt): it must not be named.
             self.abandon()
             raise
+
+
+def _rewrite(partial: Path, target: Path, header_line: bytes) -> None:
+    """`partial`'s body under a new header line, as `target`; then `partial` is removed.
+
+    Through `<target>.finishing` (never a `.partial` name: another session's log being recorded
+    may hold that one), so that `target` appears only complete. Copied in blocks: a log may be large.
+    """
+    finishing = target.with_name(target.name + ".finishing")
+    with partial.open("rb") as source, finishing.open("wb") as out:
+        source.readline()  # the old header
+        out.write(header_line + b"\n")
+        shutil.copyfileobj(source, out, 1 << 20)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(finishing, target)
+    partial.unlink()
 
 
 def recover(partial: Path) -> Path:
@@ -287,7 +327,7 @@ def recover(partial: Path) -> Path:
     complete = buf[: buf.rfind(b"\n") + 1]  # a torn last line has no newline yet
     parse_log(complete, final)
     if final.exists():
-        raise FileExistsError(f"{final}: already exists; not replacing it with {partial.name}")
+        raise AlreadyRecorded(f"{final}: already exists; not replacing it with {partial.name}")
     with partial.open("r+b") as f:
         f.truncate(len(complete))
         f.flush()

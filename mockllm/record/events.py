@@ -1,8 +1,10 @@
 """One recorded session's events: turn and step state, `seq` numbering, and each call's rows.
 
 A call is written as dsh writes it: a new turn opens with `turn/start` and the user's messages;
-the tool results a request carries answer the open step (`tool/result`, then `step/end`); then
-`step/start`, the answer's `assistant/chunk`s (each at the time it arrived), `assistant/message`
+the tool results a request carries answer the open step (`tool/result`, then `step/end`); the
+session's first call is preceded by a `request/header` holding its system prompt, as dsh writes
+one (`{"header": {"system": …}, "reason": "initial"}`: replay binds subagents that were asked the
+same thing by it); then `step/start`, the answer's `assistant/chunk`s (each at the time it arrived), `assistant/message`
 and a `tool/call` per tool call. An answer that calls tools leaves its step open for the results
 the next request brings; any other answer ends its step and its turn at once, so a fork made
 later inherits the turn as soon as it is complete (the seed is every event up to the last
@@ -16,10 +18,23 @@ from typing import Any
 import msgspec
 
 from mockllm.dsh.chunks import Block, BlockEnd, FinishReason, UsageChunk
-from mockllm.dsh.reader import CHUNK_EVENT, CallChunk, Event
+from mockllm.dsh.names import (
+    ASSISTANT_MESSAGE,
+    CHUNK_EVENT,
+    REQUEST_HEADER,
+    STEP_END,
+    STEP_START,
+    TOOL_CALL,
+    TOOL_RESULT,
+    TURN_END,
+    TURN_START,
+    USER_MESSAGE,
+)
+from mockllm.dsh.reader import CallChunk, Event
 from mockllm.dsh.writer import EventLike
 from mockllm.record.call import ObservedCall
 from mockllm.record.redact import Redactor, redact_chunks
+from mockllm.script.inputs import Input
 
 USER_TRIGGER = {"kind": "message", "source": {"kind": "user"}}
 
@@ -51,15 +66,17 @@ class SessionEvents:
             self.turn += 1
             self.step = 0
             self.turn_open = True
-            self._add(rows, "turn/start", t0, {"turn": self.turn, "trigger": USER_TRIGGER})
+            self._add(rows, TURN_START, t0, {"turn": self.turn, "trigger": USER_TRIGGER})
         else:
             self._results(rows, tool_results, t0, redactor)
             self._end_step(rows, t0)
         for message in user_messages:
-            self._add(rows, "user/message", t0, {"content": [{"type": "text", "text": redactor.text(message.text)}],
-                                                 "source": {"kind": "user"}})
+            self._add(rows, USER_MESSAGE, t0, {"content": [{"type": "text", "text": redactor.text(message.text)}],
+                                               "source": {"kind": "user"}})
+        if self.calls == 0 and call.system is not None:
+            self._add(rows, REQUEST_HEADER, t0, {"header": {"system": redactor.text(call.system)}, "reason": "initial"})
         self.step += 1
-        self._add(rows, "step/start", t0, {"turn": self.turn, "step": self.step})
+        self._add(rows, STEP_START, t0, {"turn": self.turn, "step": self.step})
         self.step_open = True
         chunks = redact_chunks(redactor, [c.chunk for c in call.chunks])
         for timed, chunk in zip(call.chunks, chunks, strict=True):
@@ -71,11 +88,11 @@ class SessionEvents:
         usage = next((c.usage for c in chunks if isinstance(c, UsageChunk)), None)
         if usage is not None:
             answer["usage"] = msgspec.to_builtins(usage)
-        self._add(rows, "assistant/message", t1, answer)
+        self._add(rows, ASSISTANT_MESSAGE, t1, answer)
         for block in blocks:
             if block.type == "tool-call":
-                self._add(rows, "tool/call", t1, {"turn": self.turn, "step": self.step, "callId": block.id,
-                                                  "name": block.name, "arguments": _arguments(block.arguments)})
+                self._add(rows, TOOL_CALL, t1, {"turn": self.turn, "step": self.step, "callId": block.id,
+                                                "name": block.name, "arguments": _arguments(block.arguments)})
         if not call.calls_tools:  # else the step stays open for the results the next request brings
             self._end_step(rows, t1)
             self._end_turn(rows, t1, _turn_reason(call.finish, self.step))
@@ -88,22 +105,22 @@ class SessionEvents:
         self._end_turn(rows, time, {"kind": "aborted", "reason": "recording ended"})
         return rows
 
-    def _results(self, rows: list[EventLike], results: list[Any], time: int, redactor: Redactor) -> None:
+    def _results(self, rows: list[EventLike], results: list[Input], time: int, redactor: Redactor) -> None:
         step = self.step if self.turn_open else self.step + 1  # results with no open turn: the coming step's
         turn = self.turn if self.turn_open else self.turn + 1
         for message in results:
-            self._add(rows, "tool/result", time, {
+            self._add(rows, TOOL_RESULT, time, {
                 "turn": turn, "step": step, "callId": redactor.value(message.tool_call_id),
                 "content": [{"type": "text", "text": redactor.text(message.text)}], "isError": False})
 
     def _end_step(self, rows: list[EventLike], time: int) -> None:
         if self.step_open:
-            self._add(rows, "step/end", time, {"turn": self.turn, "step": self.step})
+            self._add(rows, STEP_END, time, {"turn": self.turn, "step": self.step})
             self.step_open = False
 
     def _end_turn(self, rows: list[EventLike], time: int, reason: dict[str, Any]) -> None:
         if self.turn_open:
-            self._add(rows, "turn/end", time, {"turn": self.turn, "reason": reason})
+            self._add(rows, TURN_END, time, {"turn": self.turn, "reason": reason})
             self.turn_open = False
             self.completed = self.seq
             self.completed_turn = self.turn

@@ -1,11 +1,13 @@
 """The record-mode proxy: forwards each model call to the upstream, streams its answer back to the
 client as it arrives, and hands what it saw to the session tree.
 
-Every registered dialect's route is served under `/v1` and forwarded to the upstream base plus the
-same path. Each upstream piece is written to the client the moment it arrives (no buffering:
-recording reads a copy of the bytes, it never holds them back), and is fed to the dialect's stream
-decoder with its arrival time. The call is recorded when it ends. Other `/v1/...` requests
-(`GET /v1/models`, ...) are forwarded and not recorded.
+Every registered dialect's routes are served at the proxy's root, as under a replay base root
+(`/v1/chat/completions`, `/v1beta/models/{model}:…`, `/api/chat`), and forwarded to the upstream
+(`upstream_url`): a path under `/v1` to the upstream base (`/v1` included) plus the rest of the
+path, any other path to the upstream base without its `/v1` plus the whole path (`forward`: each
+upstream piece is written to the client the moment it arrives, and decoded once the call is
+over, its events split by the dialect's frame reader: SSE, NDJSON). Other requests (`GET
+/v1/models`, Ollama's `/api/tags`, ...) are forwarded and not recorded.
 
 Headers: the client's headers go upstream as they came (hop-by-hop ones aside), mockllm's own
 included: an upstream that is itself a mockllm (replaying a tree while a new one is recorded)
@@ -15,194 +17,119 @@ forwarded and never written: nothing from a request's headers reaches the log.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-import aiohttp
-import msgspec
 from aiohttp import web
-from multidict import CIMultiDict
 
-from mockllm.dsh.chunks import Failure, FinishChunk, FinishReason
 from mockllm.errors import RequestError
-from mockllm.record.call import ObservedCall, TimedChunk, observe
-from mockllm.record.tree import Failed, Lineage, SessionTree
+from mockllm.record.call import ObservedCall, observe
+from mockllm.record.forward import Forwarder, OnFailure, Target, now_ms, offers_tools
+from mockllm.record.tree import Caller, Lineage, SessionTree
 from mockllm.replay.conversations import ConversationIndex
-from mockllm.wire import DEFAULT, DIALECTS
-from mockllm.wire.dialect import Dialect, StreamDecoder
-from mockllm.wire.request import Request
-from mockllm.wire.sse_reader import Event, SSEReader
+from mockllm.replay.routing import calling_session, header_session
+from mockllm.wire import DIALECTS
+from mockllm.wire.dialect import Dialect
+from mockllm.wire.request import Request, system_text
 
 log = logging.getLogger("mockllm.record.command")
 
-SESSION_HEADERS = ("x-mockllm-session", "x-deepseek-harness-session-id")
 PARENT_HEADER = "x-mockllm-parent"
 FORK_HEADER = "x-mockllm-fork"
-# Hop-by-hop and framing headers: each side of the proxy sets its own.
-_HOP = frozenset(("host", "connection", "keep-alive", "transfer-encoding", "content-length", "te", "trailer",
-                  "upgrade", "proxy-authorization", "proxy-connection", "accept-encoding", "content-encoding"))
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Recorder:
     """Routes each call to its session and records it into `tree`."""
 
-    def __init__(self, tree: SessionTree, upstream: str, client: aiohttp.ClientSession) -> None:
+    def __init__(self, tree: SessionTree, upstream: str, forwarder: Forwarder,
+                 session_headers: tuple[str, ...]) -> None:
         self.tree = tree
+        self.session_headers = session_headers  # options.session_header_names(): lowercased, in lookup order
         self.upstream = upstream.rstrip("/")
-        self.client = client
+        self.upstream_root = self.upstream.removesuffix("/v1")  # for routes beside /v1 (Gemini, Ollama)
+        self.forwarder = forwarder
         self._conversations = ConversationIndex()
         self._headerless: dict[str, str] = {}  # conversation live id -> recorded session id
-        self._replies: dict[str, str] = {}  # upstream reply id -> recorded session id (Responses chains)
+
+    @classmethod
+    def into(cls, tree: SessionTree, upstream: str, client: Any, session_headers: tuple[str, ...],
+             on_failure: OnFailure | None = None, *, defer: bool = False) -> Recorder:
+        """A recorder writing `tree`, forwarding with the aiohttp `client` (`defer`: see `Forwarder`)."""
+        return cls(tree, upstream, Forwarder(client, tree, on_failure, defer=defer), session_headers)
 
     def session_of(self, headers: Mapping[str, str], request: Request) -> str:
-        """The calling session's recorded id: its header, the chain it continues, else its conversation."""
-        for name in SESSION_HEADERS:
-            value = headers.get(name)
-            if value:
-                return value
-        if request.continues is not None and request.continues in self._replies:
-            return self._replies[request.continues]
-        live_id, _ = self._conversations.route(request.messages)
-        return self._headerless.setdefault(live_id, self.tree.new_id())
+        """The calling session's recorded id, found as replay will find it (`replay.routing`)."""
+        return calling_session(header_session(headers, self.session_headers), request,
+                               self.forwarder.replies.get, self._by_conversation)
 
-    async def forward(self, request: web.Request, dialect: Dialect | None) -> web.StreamResponse:
-        body = await request.read()
-        neutral: Request | None = None
-        if dialect is not None:
+    def _by_conversation(self, request: Request) -> str:
+        live_id, new = self._conversations.route(request.messages)
+        if new:  # an agent that names none of its sessions: each conversation gets an id of its own
+            self._headerless[live_id] = self.tree.new_id()
+        return self._headerless[live_id]
+
+    async def forward(self, request: web.Request, dialect: Dialect | None, *, body: bytes | None = None,
+                      neutral: Request | None = None, url: str | None = None) -> web.StreamResponse:
+        """Forward one call (to `url`, else where `upstream_url` says) and record it; `body` and
+        `neutral` when the caller has read and decoded the request already."""
+        if body is None:
+            body = await request.read()
+        if dialect is not None and neutral is None:
             try:
-                neutral = dialect.decode_request(body)
+                neutral = dialect.decode_routed(body, request.match_info)
             except RequestError as exc:
                 log.warning("%s: not recorded: %s", request.path, exc)
-        url = self.upstream + request.path_qs[len("/v1"):]
-        started = now_ms()
-        try:
-            upstream = await self.client.request(request.method, url, data=body, headers=_forwarded(request.headers))
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            # Nothing was answered, so nothing is recorded: the call never happened as far as replay goes.
-            reason = str(exc) or type(exc).__name__
-            message = f"mockllm record: cannot reach the upstream {url}: {reason}"
-            log.warning("%s", message)
-            error = (dialect or DEFAULT).error_body(message, "upstream_unreachable", 502)
-            return web.Response(status=502, body=error, content_type="application/json",
-                                headers={"x-should-retry": "false"})
-        async with upstream:
-            if dialect is None or neutral is None:
-                return await _relay(request, upstream)
-            session = self.session_of(request.headers, neutral)
-            lineage = Lineage(request.headers.get(PARENT_HEADER) or None,
-                              request.headers.get(FORK_HEADER, "").strip().lower() in ("true", "1", "yes"))
-            call = observe(neutral.messages, started)
-            if upstream.status >= 400:
-                response = await _relay(request, upstream)
-                failed = _failure(upstream.status, response.body if isinstance(response.body, bytes) else b"")
-                self.tree.record_failure(session, lineage, call, failed)
-                return response
-            if neutral.stream and upstream.content_type == "text/event-stream":
-                return await self._stream(request, upstream, dialect, session, lineage, call)
-            response = await _relay(request, upstream)
-            events = dialect.body_events(response.body if isinstance(response.body, bytes) else b"")
-            if events is None:
-                log.warning("session %s: a %s reply that is not a stream was forwarded but not recorded",
-                            session, dialect.name)
-                return response
-            decoder = dialect.stream_decoder()
-            end = now_ms()
-            self._decode(decoder, events, call, end, session)
-            call.chunks.extend(TimedChunk(end, c) for c in decoder.close())
-            self.tree.record(session, lineage, call)
-            return response
-
-    async def _stream(self, request: web.Request, upstream: aiohttp.ClientResponse, dialect: Dialect,
-                      session: str, lineage: Lineage, call: ObservedCall) -> web.StreamResponse:
-        response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
-                                      headers=_returned(upstream.headers))
-        decoder = dialect.stream_decoder()
-        reader = SSEReader()
-        outcome = "done"
-        try:
-            await response.prepare(request)
-            async for piece in upstream.content.iter_any():
-                await response.write(piece)  # first: the client never waits for the recorder
-                self._decode(decoder, reader.feed(piece), call, now_ms(), session)
-            await response.write_eof()
-        except (asyncio.CancelledError, ConnectionResetError):
-            outcome = "aborted"  # the client went away mid-answer, as when an agent cancels
-            raise
-        except aiohttp.ClientPayloadError:
-            outcome = "cut"  # the upstream broke off; the client sees the same cut
-        finally:
-            end = now_ms()
-            self._decode(decoder, reader.close(), call, end, session)
-            closing = decoder.close()
-            if outcome == "aborted":
-                closing[-1] = FinishChunk(FinishReason("aborted"))
-            call.chunks.extend(TimedChunk(end, c) for c in closing)
-            finish = call.finish
-            if finish is not None and finish.kind == "error" and outcome != "aborted":
-                failure = finish.failure or Failure(finish.message, finish.code)
-                self.tree.record_cut(session, lineage, call, failure)
+        url = url or self.upstream_url(request.path_qs)
+        # Routed and numbered as it arrives, before it is forwarded: the order answers end in must
+        # not decide which session a request joins, nor the order of sessions in the tree. What it
+        # brings is read then too, unless the call is recorded later anyway (`defer`).
+        target = None
+        if neutral is not None and dialect is not None:
+            caller, started, arrival = self._caller(request.headers, neutral), now_ms(), self.tree.arrived()
+            if self.forwarder.defer:  # what it brings is read when it is recorded (its system prompt too)
+                target = Target(caller, ObservedCall([], False, started, arrival=arrival), neutral)
             else:
-                self.tree.record(session, lineage, call)
-        return response
+                # A session's first system prompt is written in its log (replay binds twins by it): read
+                # only while the session has recorded nothing, so later calls decode no more than before.
+                first = caller.side_route is None and caller.session not in self.tree.sessions
+                target = Target(caller, observe(neutral.tail, started, arrival=arrival,
+                                                offers_tools=offers_tools(neutral),
+                                                system=system_text(neutral.messages) if first else None))
+        return await self.forwarder.forward(request, url, body, dialect, target)
 
-    def _decode(self, decoder: StreamDecoder, events: Iterable[Event], call: ObservedCall, at: int,
-                session: str) -> None:
-        for name, data in events:
-            try:
-                chunks = decoder.feed(name, data)
-            except (msgspec.DecodeError, ValueError, TypeError, AttributeError) as exc:
-                log.warning("session %s: an upstream event could not be read and is not recorded: %s", session, exc)
-                continue
-            call.chunks.extend(TimedChunk(at, c) for c in chunks)
-        if decoder.reply_id is not None:  # a later header-less request may continue it by id
-            self._replies[decoder.reply_id] = session
+    def upstream_url(self, path_qs: str) -> str:
+        """Where a path of the proxy goes upstream: under `/v1`, the upstream base plus the rest;
+        beside it (`/v1beta/…`, `/api/…`), the upstream base without its `/v1` plus the whole path."""
+        return upstream_url(self.upstream, path_qs)
 
-
-def _forwarded(headers: Mapping[str, str]) -> CIMultiDict[str]:
-    out: CIMultiDict[str] = CIMultiDict()
-    for name, value in headers.items():
-        if name.lower() not in _HOP:
-            out.add(name, value)
-    out["Accept-Encoding"] = "identity"  # the recorder reads the stream it forwards
-    return out
+    def _caller(self, headers: Mapping[str, str], request: Request) -> Caller:
+        """A `--side-route` model's side route (no session routing at all, as replay serves it), else
+        the calling session and what its headers say of its lineage."""
+        if request.model is not None and request.model in self.tree.side:
+            return Caller(side_route=request.model)
+        return Caller(self.session_of(headers, request), lineage_of(headers))
 
 
-def _returned(headers: Mapping[str, str]) -> CIMultiDict[str]:
-    return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in _HOP)
+def upstream_url(base: str, path_qs: str) -> str:
+    """A path under a base root, sent to an upstream `base` (`/v1` included): see `Recorder.upstream_url`."""
+    if path_qs == "/v1" or path_qs.startswith(("/v1/", "/v1?")):
+        return base + path_qs[len("/v1"):]
+    return base.removesuffix("/v1") + path_qs
 
 
-async def _relay(request: web.Request, upstream: aiohttp.ClientResponse) -> web.Response:
-    """A whole upstream answer, passed on as it came."""
-    body = await upstream.read()
-    return web.Response(status=upstream.status, reason=upstream.reason, body=body,
-                        headers=_returned(upstream.headers))
-
-
-def _failure(status: int, body: bytes) -> Failed:
-    """An error answer's message and code, from `{"error":{"message","code"|"type"}}` (OpenAI, Anthropic)."""
-    error: Any = None
-    with contextlib.suppress(msgspec.DecodeError, AttributeError):
-        error = msgspec.json.decode(body).get("error")
-    if not isinstance(error, dict):
-        text = body.decode("utf-8", "replace").strip()
-        return Failed(status, text or f"HTTP {status}", f"HTTP_{status}")
-    code = error.get("code") or error.get("type")
-    return Failed(status, str(error.get("message") or f"HTTP {status}"), str(code) if code else f"HTTP_{status}")
+def lineage_of(headers: Mapping[str, str]) -> Lineage:
+    """What a call's headers say of its session's lineage (`x-mockllm-parent`, `x-mockllm-fork`)."""
+    return Lineage(headers.get(PARENT_HEADER) or None,
+                   headers.get(FORK_HEADER, "").strip().lower() in ("true", "1", "yes"))
 
 
 def create_app(recorder: Recorder) -> web.Application:
     app = web.Application(client_max_size=1024**3)
     for dialect in DIALECTS:
-        app.router.add_post("/v1" + dialect.path, _handler(recorder, dialect))
-    app.router.add_route("*", "/v1/{tail:.*}", _handler(recorder, None))
+        for route in dialect.routes:
+            app.router.add_post(route, _handler(recorder, dialect))
+    app.router.add_route("*", "/{tail:.*}", _handler(recorder, None))
     return app
 
 

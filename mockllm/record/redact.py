@@ -1,10 +1,16 @@
-"""`--redact REGEX`: mask secrets in every string the recorder writes.
+"""`--redact REGEX` and `--cwd DIR`: rewrite every string the recorder writes.
 
-A streamed answer arrives in fragments, and a secret can straddle two of them, where no pattern
-sees it. So the deltas of one block are masked together: matches are found in the block's whole
-text and the characters they cover are cut from every fragment, the mask standing where a match
-starts. The masked fragments then still join to the masked whole (the `block-end` text), and a
-replay streams no piece of the secret.
+`--redact` masks secrets with `[REDACTED]`; `--cwd` writes `{{cwd}}` for the agent's working
+folder, as dsh does, so that a replay serves the run's own folder there (`script.templates`). The
+folder counts only as a whole path: `/work/app` in `/work/app/x.py` or at the end of a sentence
+(`in /work/app.`) is replaced, in `/work/apple`, `/work/app-2` or `/work/app.txt` it is not. It is
+replaced before any `--redact` pattern runs.
+
+A streamed answer arrives in fragments, and a secret (or a path) can straddle two of them, where no
+pattern sees it. So the deltas of one block are rewritten together: matches are found in the
+block's whole text and the characters they cover are cut from every fragment, the replacement
+standing where a match starts. The rewritten fragments then still join to the rewritten whole (the
+`block-end` text), and a replay streams no piece of the secret.
 """
 
 from __future__ import annotations
@@ -25,25 +31,33 @@ from mockllm.dsh.chunks import (
     TextDelta,
     ToolCallDelta,
 )
+from mockllm.errors import BadRedaction
+from mockllm.script.templates import CWD
 
 MASK = "[REDACTED]"
 
 
 class Redactor:
-    def __init__(self, patterns: Iterable[str | re.Pattern[str]] = ()) -> None:
-        self.patterns = [p if isinstance(p, re.Pattern) else re.compile(p) for p in patterns]
+    def __init__(self, patterns: Iterable[str | re.Pattern[str]] = (), *, cwd: str | None = None) -> None:
+        """Raises BadRedaction naming a pattern that is not a regular expression."""
+        self.rules: list[tuple[re.Pattern[str], str]] = []  # (pattern, what replaces a match), in order
+        folder = cwd.rstrip("/\\") if cwd else ""
+        if folder:
+            # A word character, `-` or `.x` right after it would make it another file's name.
+            self.rules.append((re.compile(re.escape(folder) + r"(?![\w-]|\.\w)"), CWD))
+        self.rules += [(p if isinstance(p, re.Pattern) else _compile(p), MASK) for p in patterns]
 
     def __bool__(self) -> bool:
-        return bool(self.patterns)
+        return bool(self.rules)
 
     def text(self, value: str) -> str:
-        for pattern in self.patterns:
-            value = pattern.sub(MASK, value)
+        for pattern, replacement in self.rules:
+            value = pattern.sub(replacement, value)  # both replacements hold no backslash or group reference
         return value
 
     def value(self, value: Any) -> Any:
         """Every string inside a JSON-like value masked (keys are the format's, not data)."""
-        if not self.patterns:
+        if not self.rules:
             return value
         if isinstance(value, str):
             return self.text(value)
@@ -54,14 +68,22 @@ class Redactor:
         return value
 
     def fragments(self, parts: Sequence[str]) -> list[str]:
-        """`parts` masked as one text: `"".join(result) == self.text("".join(parts))`."""
+        """`parts` rewritten as one text: `"".join(result) == self.text("".join(parts))`."""
         out = list(parts)
-        for pattern in self.patterns:
-            out = _mask_across(pattern, out)
+        for pattern, replacement in self.rules:
+            out = _mask_across(pattern, replacement, out)
         return out
 
 
-def _mask_across(pattern: re.Pattern[str], parts: list[str]) -> list[str]:
+def _compile(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise BadRedaction(f"--redact {pattern!r} is not a regular expression: {exc}; fix it, or escape "
+                           "the characters meant literally") from None
+
+
+def _mask_across(pattern: re.Pattern[str], replacement: str, parts: list[str]) -> list[str]:
     whole = "".join(parts)
     spans = [m.span() for m in pattern.finditer(whole) if m.end() > m.start()]
     if not spans:
@@ -77,7 +99,7 @@ def _mask_across(pattern: re.Pattern[str], parts: list[str]) -> list[str]:
                 continue
             if s >= cursor:
                 pieces.append(whole[cursor:s])
-                pieces.append(MASK)  # the mask goes where the match starts, once
+                pieces.append(replacement)  # where the match starts, once
             cursor = max(cursor, min(e, end))
         pieces.append(whole[cursor:end])
         out.append("".join(pieces))

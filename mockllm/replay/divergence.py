@@ -3,10 +3,12 @@
 Each recorded call keeps its recorded inputs (`inputs.Input`: the user messages and tool results
 the agent sent since its previous call). A live request's new inputs are its user and tool
 messages after its last assistant message, in the neutral form conversation routing uses. The two
-are compared in order after masking volatile spans (`--ignore-input REGEX`: a timestamp, a temp
-path) on both sides and putting the run's `cwd` for `{{cwd}}` in the recorded side. A served entry
-that calls a tool the request does not offer is a divergence too. A report names the session, the
-call, which input, what was expected and what came, and a short diff.
+are compared (`compare`: user messages in order, tool results by the id of the call they answer)
+after masking volatile spans on both sides (`normalize.py`: the run's `--ignore-input REGEX` and
+the built-in UUIDs, dates, durations, temp folders) and putting the run's `cwd` for `{{cwd}}` in
+the recorded side. A served entry that calls a tool the request does not offer is a divergence
+too. A report names the session, the call, which input, what was expected and what came, and a
+short diff of the masked texts.
 
 A call recorded with no inputs of its own (a provider retry inside one step, a compaction call)
 is not compared: its request repeats or replaces the previous one, which the recording does not
@@ -15,16 +17,17 @@ hold.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
+from mockllm.options import RunSettings
+from mockllm.replay.normalize import Mask, masked
+from mockllm.scenario.load import Scenario
 from mockllm.script.inputs import Input
 from mockllm.script.templates import CWD
-from mockllm.wire.request import Message
+from mockllm.wire.request import Message, Request
 
 SHOWN = 160  # characters of expected/got a report shows
-MASK = "<ignored>"
 
 
 class Divergence(NamedTuple):
@@ -44,10 +47,6 @@ class Divergence(NamedTuple):
                 f"recording at {self.what}: expected {self.expected!r}, got {self.got!r}"
                 + (f"; diff: {self.diff}" if self.diff else ""))
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "session": self.file, "live_id": self.live_id, "call": self.call,
-                "what": self.what, "expected": self.expected, "got": self.got, "diff": self.diff}
-
 
 def live_inputs(tail: Iterable[Message]) -> list[Input]:
     """A request's new inputs: its user and tool messages after its last assistant message."""
@@ -60,66 +59,111 @@ def live_inputs(tail: Iterable[Message]) -> list[Input]:
     return out
 
 
-def masked(text: str, masks: Sequence[re.Pattern[str]]) -> str:
-    for mask in masks:
-        text = mask.sub(MASK, text)
-    return text
+class Comparison(NamedTuple):
+    """How a run compares: its masks, its cwd (for `{{cwd}}` in recorded texts), and the ids of the
+    tool calls the recorded model made in the session (results for other ids are framework-made)."""
+
+    masks: tuple[Mask, ...] = ()
+    cwd: str | None = None
+    model_ids: frozenset[str] = frozenset()
 
 
-def first_mismatch(recorded: Sequence[Input], live: Sequence[Input], *, masks: Sequence[re.Pattern[str]] = (),
-                   cwd: str | None = None) -> int | None:
-    """The index of the first input that differs, or None when they agree (the cheap check that
-    runs on every request; `describe_mismatch` says how, when a report needs it)."""
+class Mismatch(NamedTuple):
+    """The first input that differs: how a report names it, and the two sides (None: absent)."""
+
+    what: str
+    want: Input | None
+    have: Input | None
+
+
+def compare(recorded: Sequence[Input], live: Sequence[Input], how: Comparison) -> Mismatch | None:
+    """The first input that differs, or None when they agree (the cheap check; `describe` says how).
+
+    User messages are compared in order. Where a request's tool results carry no call ids (a wire
+    without them: Ollama), all tool results are compared by position. Otherwise results for calls
+    the recorded model made are matched by tool-call id, as a set: parallel tool calls finish in
+    any order, and the replay served the recorded ids. Results for ids the model never made (a framework's own hand-back
+    call, with a fresh id every run) are matched among themselves by position, ids ignored.
+    """
+    users = [i for i in recorded if i.role == "user"], [i for i in live if i.role == "user"]
+    for number in range(max(len(users[0]), len(users[1]))):
+        want = users[0][number] if number < len(users[0]) else None
+        have = users[1][number] if number < len(users[1]) else None
+        if want is None or have is None or not _same_text(want, have, how):
+            return Mismatch(_user_name(number, len(users[0] or users[1])), want, have)
+    if any(i.role == "tool" and i.tool_call_id is None for i in live):
+        # The wire carries no tool-call ids (Ollama's official client sends none back): every result
+        # is matched by position, in the order the recorded model called (and the agent answers).
+        return _by_position([i for i in recorded if i.role == "tool"], [i for i in live if i.role == "tool"],
+                            "tool result {} (no call ids on the wire)", how)
+    ours = {i.tool_call_id: i for i in live if i.role == "tool" and i.tool_call_id in how.model_ids}
+    for want in recorded:
+        if want.role == "tool" and want.tool_call_id in how.model_ids:
+            have = ours.pop(want.tool_call_id, None)
+            if have is None or not _same_text(want, have, how):
+                return Mismatch(want.describe(), want, have)
+    for have in ours.values():  # a result for a model call the recording answered no result for
+        return Mismatch(have.describe(), None, have)
+    return _by_position([i for i in recorded if i.role == "tool" and i.tool_call_id not in how.model_ids],
+                        [i for i in live if i.role == "tool" and i.tool_call_id not in how.model_ids],
+                        "framework-made tool result {} (ids ignored)", how)
+
+
+def _by_position(recorded: Sequence[Input], live: Sequence[Input], name: str, how: Comparison) -> Mismatch | None:
+    """The first of two lists of tool results that differs, matched by position (`name` says which)."""
     for number in range(max(len(recorded), len(live))):
-        if number >= len(recorded) or number >= len(live) or not _same(recorded[number], live[number], masks, cwd):
-            return number
+        want = recorded[number] if number < len(recorded) else None
+        have = live[number] if number < len(live) else None
+        if want is None or have is None or not _same_text(want, have, how):
+            return Mismatch(name.format(number + 1), want, have)
     return None
 
 
-def describe_mismatch(recorded: Sequence[Input], live: Sequence[Input], number: int,
-                      cwd: str | None = None) -> tuple[str, str, str, str]:
-    """(which input, expected, got, diff) for the mismatch at `number`."""
-    want = recorded[number] if number < len(recorded) else None
-    have = live[number] if number < len(live) else None
-    if want is not None:
-        want = want._replace(text=_recorded_text(want, cwd))
-    expected = _shown(want) if want is not None else "(nothing more)"
-    got = _shown(have) if have is not None else "(nothing more)"
-    diff = short_diff(want.text, have.text) if want is not None and have is not None else ""
-    return input_name(recorded, live, number), expected, got, diff
+def framework_results(recorded: Sequence[Input], how: Comparison) -> int:
+    """How many recorded tool results answer calls the model never made (matched by position)."""
+    return sum(1 for i in recorded if i.role == "tool" and i.tool_call_id not in how.model_ids)
 
 
-def compare_inputs(recorded: Sequence[Input], live: Sequence[Input], *, masks: Sequence[re.Pattern[str]] = (),
-                   cwd: str | None = None) -> tuple[str, str, str, str] | None:
-    """(what, expected, got, diff) of the first input that differs, or None when they agree."""
-    number = first_mismatch(recorded, live, masks=masks, cwd=cwd)
-    return None if number is None else describe_mismatch(recorded, live, number, cwd)
+def describe(mismatch: Mismatch, how: Comparison) -> tuple[str, str, str, str]:
+    """(which input, expected, got, diff), on the masked texts: a masked span shows as its
+    placeholder, so the diff points at the real difference."""
+    want, have = mismatch.want, mismatch.have
+    want_text = masked(_recorded_text(want, how.cwd), how.masks) if want is not None else None
+    have_text = masked(have.text, how.masks) if have is not None else None
+    expected = _shown(want, want_text) if want is not None and want_text is not None else "(nothing more)"
+    got = _shown(have, have_text) if have is not None and have_text is not None else "(nothing more)"
+    diff = short_diff(want_text, have_text) if want_text is not None and have_text is not None else ""
+    return mismatch.what, expected, got, diff
 
 
-def _same(want: Input, have: Input, masks: Sequence[re.Pattern[str]], cwd: str | None) -> bool:
-    if want.role != have.role or (want.role == "tool" and want.tool_call_id != have.tool_call_id):
-        return False
-    return masked(_recorded_text(want, cwd), masks) == masked(have.text, masks)
+def _same_text(want: Input, have: Input, how: Comparison) -> bool:
+    return same_text(want.text, have.text, how)
+
+
+def same_text(recorded: str, live: str, how: Comparison) -> bool:
+    """Whether a recorded text and a live one agree, masked (the run's `cwd` put for `{{cwd}}`).
+
+    Equal texts agree without masking: nearly every call of a good replay sends what was recorded,
+    and running every mask over both (the built-in normalisations are six regexes) is most of a
+    comparison's cost."""
+    recorded = _with_cwd(recorded, how.cwd)
+    return recorded == live or masked(recorded, how.masks) == masked(live, how.masks)
 
 
 def _recorded_text(want: Input, cwd: str | None) -> str:
-    return want.text.replace(CWD, cwd) if cwd is not None else want.text
+    return _with_cwd(want.text, cwd)
 
 
-def input_name(recorded: Sequence[Input], live: Sequence[Input], number: int) -> str:
-    """How a report names input `number`: by what was recorded there, else by what came."""
-    inputs = recorded if number < len(recorded) else live
-    item = inputs[number]
-    if item.role == "tool":
-        return item.describe()
-    users = [n for n, i in enumerate(inputs) if i.role == "user"]
-    if users and number == users[-1]:
-        return "the last user message"
-    return f"user message {users.index(number) + 1} of {len(users)}" if number in users else f"input {number + 1}"
+def _with_cwd(text: str, cwd: str | None) -> str:
+    return text.replace(CWD, cwd) if cwd is not None else text
 
 
-def _shown(item: Input) -> str:
-    text = " ".join(item.text.split())
+def _user_name(number: int, count: int) -> str:
+    return "the last user message" if number == count - 1 else f"user message {number + 1} of {count}"
+
+
+def _shown(item: Input, text: str) -> str:
+    text = " ".join(text.split())
     text = text if len(text) <= SHOWN else text[: SHOWN - 1] + "…"
     return f"tool result for {item.tool_call_id}: {text}" if item.role == "tool" else text
 
@@ -169,3 +213,30 @@ def tool_not_offered(called: Sequence[str], offered: frozenset[str] | None) -> s
     if offered is None:
         return None
     return next((name for name in called if name not in offered), None)
+
+
+def diverged(scenario: Scenario, settings: RunSettings, script: int, call: int, live_id: str, request: Request,
+             describe_it: bool) -> tuple[Divergence | None, bool]:
+    """How a request differs from what was recorded before call `call` of `script` (None: it does
+    not), and whether framework-made tool results were matched by position on the way.
+    `describe_it` False leaves expected, got and diff empty (only a report's first per session
+    needs them)."""
+    session = scenario.sessions[script]
+    inputs = session.inputs[call] if call < len(session.inputs) else None
+    framework = False
+    if inputs:  # a call recorded with no inputs of its own (a retry) is not compared
+        recorded = inputs.items
+        how = Comparison(settings.masks, settings.cwd, scenario.model_ids(script))
+        mismatch = compare(recorded, live_inputs(request.tail), how)
+        if mismatch is not None:
+            found = describe(mismatch, how) if describe_it else (mismatch.what, "", "", "")
+            return Divergence("input", session.file, live_id, call, *found), False
+        framework = framework_results(recorded, how) > 0
+    called = scenario.tools_called(script, call)
+    if called:
+        offered = request.offered_tools
+        missing = tool_not_offered(called, offered)
+        if missing is not None and offered is not None:
+            return Divergence("tool", session.file, live_id, call, f"the tool {missing!r} the recorded call uses",
+                              missing, "offered: " + (", ".join(sorted(offered)) or "no tools"), ""), framework
+    return None, framework

@@ -8,6 +8,7 @@ its script therefore costs a bounded amount of memory, however long it retries.
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter, deque
 from collections.abc import Iterator
@@ -18,6 +19,10 @@ from mockllm.errors import ReplayFailure
 JOURNAL_LIMIT = 1000
 FAILURES_KEPT = 100
 BODY_KEPT = 64 * 1024  # bytes of each request body kept in its record
+# `x-…` headers that carry a credential (`x-api-key`, `x-goog-api-key`, `x-auth-token`): the journal
+# is shown to people (the inspector page, a report file kept as a CI artifact), so their values never are.
+SECRET_HEADER = re.compile(r"key|token|secret|auth|passw|cookie|credential|signature", re.IGNORECASE)
+REDACTED = "[redacted]"
 
 
 class CallRecord:
@@ -26,8 +31,8 @@ class CallRecord:
     A plain class with slots, not a dataclass: one is made per model call, before its first byte.
     """
 
-    __slots__ = ("at", "body", "body_truncated", "call", "dialect", "diverged", "duration_ms", "error", "kind",
-                 "raw_headers", "script", "session", "started", "status", "stream")
+    __slots__ = ("at", "body", "body_truncated", "call", "dialect", "diverged", "duration_ms", "error", "fault",
+                 "kind", "raw_headers", "retry", "script", "session", "started", "status", "stream")
 
     def __init__(self, dialect: str, session: str, stream: bool, raw_headers: RawHeaders, body: bytes) -> None:
         self.at = time.time()  # arrival, epoch seconds
@@ -46,18 +51,23 @@ class CallRecord:
         self.status: int | None = None
         self.error: str | None = None  # the mock-made error code, if any
         self.diverged: str | None = None  # where the request differed from the recording, if it did
+        self.fault: str | None = None  # the fault served instead of (or before) the entry, if any
+        self.retry = False  # a repeat of a call whose answer did not reach the client whole
         self.duration_ms: float | None = None
 
     def done(self) -> None:
         """Stamp how long the call took, once its answer is written (or its hold released)."""
         self.duration_ms = round((time.perf_counter() - self.started) * 1000, 3)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, *, body: bool = True) -> dict[str, Any]:
+        """The record as the run's state shows it; without `body`, the body is left out (an empty
+        string), which spares decoding up to BODY_KEPT bytes per call for a view that lists calls."""
         return {
             "at": self.at, "dialect": self.dialect, "session": self.session, "stream": self.stream,
             "headers": client_headers(self.raw_headers), "script": self.script, "call": self.call, "kind": self.kind,
-            "status": self.status, "error": self.error, "diverged": self.diverged, "duration_ms": self.duration_ms,
-            "body": self.body.decode("utf-8", "replace"), "body_truncated": self.body_truncated,
+            "status": self.status, "error": self.error, "diverged": self.diverged, "fault": self.fault,
+            "retry": self.retry, "duration_ms": self.duration_ms,
+            "body": self.body.decode("utf-8", "replace") if body else "", "body_truncated": self.body_truncated,
         }
 
 
@@ -65,9 +75,14 @@ RawHeaders = tuple[tuple[bytes, bytes], ...]
 
 
 def client_headers(raw_headers: RawHeaders) -> dict[str, str]:
-    """Of a request's headers, those the client sent for its own reasons (`x-…`), lowercased."""
-    return {k.decode("latin-1").lower(): v.decode("utf-8", "replace") for k, v in raw_headers
-            if k[:2] in (b"x-", b"X-")}
+    """Of a request's headers, those the client sent for its own reasons (`x-…`), lowercased; a
+    credential's value is redacted."""
+    out = {}
+    for k, v in raw_headers:
+        if k[:2] in (b"x-", b"X-"):
+            name = k.decode("latin-1").lower()
+            out[name] = REDACTED if SECRET_HEADER.search(name) else v.decode("utf-8", "replace")
+    return out
 
 
 class Journal:
@@ -94,6 +109,11 @@ class Journal:
 
     def __len__(self) -> int:
         return len(self._records)
+
+    def numbered(self, number: int) -> CallRecord | None:
+        """The run's call `number` (0-based, counting dropped ones), while the journal keeps it."""
+        index = number - self.dropped
+        return self._records[index] if 0 <= index < len(self._records) else None
 
 
 class Failures:

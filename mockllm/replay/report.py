@@ -1,18 +1,23 @@
-"""A run's report as the admin API answers it, and the words a failing test shows for it.
+"""A run's report: what `DELETE /_mockllm/runs/{run}` answers, what `GET` answers while the run
+is live, and the words a failing test shows for it.
 
-`GET /_mockllm/runs/{run}` and `DELETE /_mockllm/runs/{run}` (DESIGN.md §3) answer the same core:
-whether every script was drained (`consumed`), the failures the server answered (404, 410, 422…),
-and per recorded session how many calls were served and remain. `describe()` turns that into
-the message a test fails with, so the API's `assert_consumed()` and the pytest plugin say the same.
+One set of Structs for both sides: `build_report` and `build_state` make them from a `Run` and the
+server encodes them as they are; the Python API decodes the server's answer into the same Structs
+(`RunReport.from_json`), so the two sides cannot drift apart. Field order is the JSON's key order.
+`describe()` turns a report into the message a test fails with, so the API's `assert_consumed()`
+and the pytest plugin say the same.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from mockllm.errors import MockllmError
+
+if TYPE_CHECKING:  # the API decodes reports without the replay machinery: Run is only a type here
+    from mockllm.replay.run import Run
 
 
 class Failure(msgspec.Struct, frozen=True):
@@ -34,13 +39,16 @@ class SessionReport(msgspec.Struct, frozen=True):
     served: int = 0
     entries: int = 0
     remaining: int = 0
+    retries: int = 0  # requests that repeated a call whose answer did not reach the client whole
 
 
 class SideRouteReport(msgspec.Struct, frozen=True):
-    """A side route of the run (a title model): calls served from its own script and remaining."""
+    """A side route of the run (a title model): calls asked, served from its own script, and remaining."""
 
     model: str
     file: str
+    repeat: bool = False
+    calls: int = 0  # past the script's end too: a repeating route keeps serving its last entry
     served: int = 0
     entries: int = 0
     remaining: int = 0
@@ -50,7 +58,7 @@ class DivergenceReport(msgspec.Struct, frozen=True):
     """The first place a session's requests differed from the recording (`call` is 0-based)."""
 
     kind: str
-    session: str
+    session: str  # the recorded session file
     live_id: str
     call: int
     what: str
@@ -59,19 +67,97 @@ class DivergenceReport(msgspec.Struct, frozen=True):
     diff: str = ""
 
 
+class HeldCall(msgspec.Struct, frozen=True):
+    """A call held open now (a hang, an aborted finish) until its client goes away."""
+
+    session: str  # the live session id
+    script: str  # the recorded session file
+    call: int
+    # Only a hang that names a readyFile has these: the JSON has no key for the others.
+    ready_file: str | msgspec.UnsetType = msgspec.UNSET
+    ready_file_written: bool | msgspec.UnsetType = msgspec.UNSET
+
+
+class FaultServed(msgspec.Struct, frozen=True):
+    """A fault the run served, as asked (mockllm.replay.faults): where, and what it did."""
+
+    session: str  # the live session id
+    file: str
+    call: int
+    fault: str  # "status 429 retry-after 1s", "cut after 3 events", "delay 200 ms"
+
+
+class Notice(msgspec.Struct, frozen=True):
+    """Worth knowing, and fails nothing: a session bound by arrival for want of a match
+    (`bound_by_arrival`), framework-made tool-call ids matched by position (`framework_ids`)."""
+
+    kind: str
+    session: str  # the recorded session file
+    live_id: str
+    call: int
+    message: str
+
+
+class WentLive(msgspec.Struct, frozen=True):
+    """Under new_episodes, a session that left the recording: from `call` (0-based) on, its calls went
+    to the upstream; `code` says why (request_diverged, script_exhausted, unrecorded_session)."""
+
+    session: str | None  # the recorded session file; None for a session the recording does not have
+    live_id: str
+    call: int
+    code: str
+    why: str
+
+
+class RecordingReport(msgspec.Struct, frozen=True):
+    """What a run in a record mode recorded when it ended: where, or why nothing was written."""
+
+    mode: str
+    written: bool
+    scenario: str
+    folder: str
+    message: str
+    live_calls: int = 0
+
+
+class PacingNote(msgspec.Struct, frozen=True):
+    """How pacing served a call it could not pace as asked (mockllm.replay.pacing)."""
+
+    file: str
+    call: int
+    served: str
+    note: str
+
+
 class RunReport(msgspec.Struct, frozen=True):
+    """The run's report. Everything but `run`, `scenario` and `consumed` has a default, so a report
+    decodes from a partial answer as well."""
+
     run: str
     scenario: str
     consumed: bool
     failures: list[Failure] = []
+    # Past the first FAILURES_KEPT (mockllm.replay.journal), failures are only counted, per code.
+    failures_more: dict[str, int] = {}
     sessions: list[SessionReport] = []
-    side_routes: list[SideRouteReport] = []
     divergences: list[DivergenceReport] = []
-    # The server's whole answer: while a run is live it also holds bindings, cursors and the journal.
-    state: dict[str, Any] = {}
+    diverged_calls: int = 0
+    side_routes: list[SideRouteReport] = []
+    held: list[HeldCall] = []
+    pacing: list[PacingNote] = []
+    faults: list[FaultServed] = []
+    notices: list[Notice] = []
+    # Whether a divergence is a problem of the run ("fail", the default) or only reported ("warn").
+    divergence: str = "fail"
+    went_live: list[WentLive] = []  # new_episodes: the sessions that left the recording, and why
+    recording: RecordingReport | None = None  # a record mode's recording, once the run has ended
+    # The server's whole answer, as the Python API received it: while a run is live it also holds
+    # bindings, cursors and the journal. Unset (never encoded) in a report the server builds.
+    state: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> RunReport:
+        """A report from the server's decoded answer (`GET` or `DELETE /_mockllm/runs/{run}`)."""
         return msgspec.convert({**body, "state": body}, cls)
 
     @property
@@ -80,8 +166,13 @@ class RunReport(msgspec.Struct, frozen=True):
         return [s for s in self.sessions if s.remaining > 0]
 
     def problems(self, *, require_consumed: bool = True) -> list[str]:
-        """What is wrong with the run, one line each; empty when it went as recorded."""
+        """What is wrong with the run, one line each; empty when it went as recorded. A diverged call
+        is one (unless the run's divergence policy is "warn"), with its diff."""
         out = [_failure_line(f, self._file_of(f.session)) for f in self.failures]
+        if self.divergence == "fail":
+            refused = {(f.session, f.call) for f in self.failures if f.code == "request_diverged"}
+            out += [f"diverged: {_divergence_line(d)}" for d in self.divergences
+                    if (d.live_id, d.call) not in refused]
         if require_consumed:
             out += [_unconsumed_line(s) for s in self.unconsumed]
             out += [f"unconsumed: side route {r.model!r} ({r.file}) served {r.served} of {r.entries}"
@@ -93,16 +184,57 @@ class RunReport(msgspec.Struct, frozen=True):
         problems = self.problems(require_consumed=require_consumed)
         head = f"mockllm run {self.run} of scenario {self.scenario!r}: "
         head += f"{len(problems)} problem(s)" if problems else "replayed as recorded"
+        if self.divergences and self.divergence == "fail":  # under "warn" they are listed below, and fail nothing
+            first = self.divergences[0]
+            head += (f"; {self.diverged_calls} call(s) differed from the recording, first {first.session} call "
+                     f"{first.call + 1} at {first.what}")
         lines = [head, *("  " + p for p in problems)]
         if self.divergences:  # why it went wrong, most often: where the agent's requests changed
-            lines.append("  where requests first differed from the recording:")
+            lines.append("  where requests first differed from the recording"
+                         + (" (divergence: warn, so this fails nothing):" if self.divergence == "warn" else ":"))
             lines += [f"    {_divergence_line(d)}" for d in self.divergences]
+        if self.faults:
+            lines.append(f"  faults served as asked: {len(self.faults)}")
+            lines += [f"    {f.file} call {f.call + 1}: {f.fault}" for f in self.faults]
+        if self.went_live:
+            lines.append("  went live (new_episodes: the upstream answered these sessions from then on):")
+            lines += [f"    {_went_live_line(w)}" for w in self.went_live]
+        if self.recording is not None:
+            lines.append(f"  recording ({self.recording.mode}): {self.recording.message}")
+        if self.notices:  # worth knowing, fails nothing
+            lines.append("  notes:")
+            lines += [f"    {n.session} (live id {n.live_id}) call {n.call + 1}: {n.message}" for n in self.notices]
         lines.append("  sessions (calls served / recorded):")
         lines += [f"    {_session_line(s)}" for s in self.sessions]
         return "\n".join(lines)
 
     def _file_of(self, live_id: str | None) -> str | None:
         return next((s.file for s in self.sessions if live_id is not None and s.live_id == live_id), None)
+
+
+class RunSettingsReport(msgspec.Struct, frozen=True):
+    """The settings a run replays with (mockllm.options.RunSettings, as `POST /_mockllm/runs` takes them)."""
+
+    pace: str
+    speed: float
+    strict: bool
+    ignore_input: list[str]
+    bind: str
+    normalize: bool = True
+    divergence: str = "fail"
+
+
+class RunState(RunReport, frozen=True, kw_only=True):
+    """The live state `GET /_mockllm/runs/{run}` answers: the report, then the run's settings,
+    bindings (live id -> recorded session id), cursors and journal."""
+
+    cwd: str | None
+    settings: RunSettingsReport
+    holding: int
+    bindings: dict[str, str]
+    cursors: dict[str, int]
+    journal: list[dict[str, Any]]
+    journal_dropped: int
 
 
 class RunNotClean(MockllmError, AssertionError):
@@ -120,6 +252,72 @@ def check(report: RunReport, *, require_consumed: bool = True) -> None:
     """Raise RunNotClean when the run had failures or (with `require_consumed`) calls left."""
     if report.problems(require_consumed=require_consumed):
         raise RunNotClean(report, require_consumed=require_consumed)
+
+
+# --- building them from a run -------------------------------------------------------------------
+
+
+def build_report(run: Run) -> RunReport:
+    """The run's report now: consumed, failures, sessions and side routes served, divergences, holds."""
+    run.review_pending()  # comparisons queued off the request path: the report shows them all
+    return RunReport(
+        run=run.id, scenario=run.scenario.name, consumed=run.consumed,
+        failures=[Failure(f.code, f.message, f.session, f.call) for f in run.failures.first],
+        failures_more=dict(run.failures.more),
+        sessions=_sessions(run),
+        divergences=[DivergenceReport(d.kind, d.file, d.live_id, d.call, d.what, d.expected, d.got, d.diff)
+                     for _, d in sorted(run.divergences.items())],
+        diverged_calls=run.diverged_calls,
+        side_routes=_side_routes(run),
+        held=[HeldCall(**held) for held in run.held],
+        pacing=list(run.pacing.values()),
+        faults=list(run.faults_served),
+        notices=list(run.notices),
+        divergence=run.settings.divergence,
+        went_live=list(run.went_live.values()),
+    )
+
+
+def build_state(run: Run, *, bodies: bool = True) -> RunState:
+    """The run's live state: its report, settings, bindings, cursors and journal (without request
+    bodies unless `bodies`: the inspector's live view lists calls and fetches one body at a time)."""
+    settings = run.settings
+    return RunState(
+        **msgspec.structs.asdict(build_report(run)),
+        cwd=run.cwd,
+        settings=RunSettingsReport(settings.pace, settings.speed, settings.strict, list(settings.ignore_input),
+                                   settings.bind, settings.normalize, settings.divergence),
+        holding=run.holding,
+        bindings={live: run.scenario.sessions[b.script].id for live, b in run.bindings.items()},
+        cursors={live: b.cursor for live, b in run.bindings.items()},
+        journal=[r.as_dict(body=bodies) for r in run.journal],
+        journal_dropped=run.journal.dropped,
+    )
+
+
+def _sessions(run: Run) -> list[SessionReport]:
+    out = []
+    for number, session in enumerate(run.scenario.sessions):
+        binding = run.bound(number)
+        # A cursor runs past the end when a session asks for more than was recorded.
+        served = min(binding.cursor, len(session.entries)) if binding else 0
+        # A session that went live (new_episodes) wants none of its script's rest: nothing remains.
+        remaining = 0 if binding is not None and binding.live else len(session.entries) - served
+        out.append(SessionReport(session.id, session.file, session.kind, binding.live_id if binding else None,
+                                 served, len(session.entries), remaining, binding.retries if binding else 0))
+    return out
+
+
+def _side_routes(run: Run) -> list[SideRouteReport]:
+    out = []
+    for calls, route in zip(run.side_calls, run.scenario.side_routes, strict=True):
+        served = min(calls, len(route.entries))
+        out.append(SideRouteReport(route.model, route.file, route.repeat, calls, served, len(route.entries),
+                                   len(route.entries) - served))
+    return out
+
+
+# --- the words ----------------------------------------------------------------------------------
 
 
 def _calls(first: int, last: int) -> str:
@@ -142,6 +340,11 @@ def _divergence_line(d: DivergenceReport) -> str:
     diff = f" ({d.diff})" if d.diff else ""
     return f"session {d.session} (live id {d.live_id}) call {d.call + 1}, {d.what}: expected {d.expected!r}, " \
            f"got {d.got!r}{diff}"
+
+
+def _went_live_line(w: WentLive) -> str:
+    where = f"session {w.session}" if w.session else "a session the recording does not have"
+    return f"{where} (live id {w.live_id}) from call {w.call + 1}: {w.code}: {w.why}"
 
 
 def _session_line(s: SessionReport) -> str:

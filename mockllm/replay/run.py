@@ -1,50 +1,60 @@
-"""Runs: independent replays of one scenario, with their bindings, cursors and journal (no HTTP).
+"""A run: one independent replay of one scenario, which answers each model call (no HTTP).
 
-A live session (named by a request header, or found by its conversation) binds to a recorded
-session's script on its first call: to the script with the same recorded id if there is one,
-else to the next unbound script in script order (first-call order, as dsh binds). Each binding
-then has its own cursor, advanced when a request arrives, so a session's call order (not stream
-timing) fixes which entry it gets.
+`Run.answer` takes what the server decoded of a request (its session header, the neutral
+request, the dialect) and decides everything about the call: side route or session, binding,
+the cursor, the journal record, failures, strict divergence, the comparison queued for later,
+the reply, its pacing schedule and whether it holds, and the faults asked for. It returns an
+`Outcome` for the server to write. A session's cursor advances when its request arrives, so a
+session's call order (not stream timing) fixes which entry it gets.
+
+Record modes: a run that records from scratch (`recording`) answers every call `Live`; under
+`new_episodes` a call the recording cannot serve is `Live`, and so is its session's next (`episodes`).
+
+Retries stay in step: a request that repeats a call whose answer did not reach the client whole
+(a status or cut fault answered it, or the client left mid-stream), in the same session, gets
+that call's entry again and moves no cursor. After a fault the cursor never moved, so the next
+attempt gets the entry anyway; after a client left mid-stream the request must carry the SDKs'
+retry marker (`x-stainless-retry-count` >= 1) or a body equal to that call's. A recorded `throw`
+reached the client whole: the retry after it takes the next entry, as it did when recorded.
 """
 
 from __future__ import annotations
 
-import itertools
+import contextlib
+import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from mockllm.errors import ReplayFailure
-from mockllm.options import Headerless, RunSettings, ServeOptions
+from mockllm.errors import ReplayFailure, TemplateError
+from mockllm.options import Headerless, RunSettings
+from mockllm.replay import advice
+from mockllm.replay.binding import Binding, Bindings
+from mockllm.replay.catalog import Catalog
 from mockllm.replay.conversations import ConversationIndex
-from mockllm.replay.divergence import (
-    Divergence,
-    compare_inputs,
-    describe_mismatch,
-    first_mismatch,
-    input_name,
-    live_inputs,
-    tool_not_offered,
-)
-from mockllm.replay.journal import CallRecord, Failures, Journal
+from mockllm.replay.divergence import Divergence, diverged
+from mockllm.replay.episodes import LiveSessions
+from mockllm.replay.faults import Fault, FaultError, FaultPlan
+from mockllm.replay.journal import CallRecord, Failures, Journal, RawHeaders
+from mockllm.replay.outcome import HeldInfo, Hold, Live, Outcome, Refusal, Stream, Whole
+from mockllm.replay.pacing import plan_pacing, untimed_reason
+from mockllm.replay.report import FaultServed, Notice, PacingNote, WentLive
+from mockllm.replay.retries import digest, fault_headers, retry_count
+from mockllm.replay.review import schedule_review
+from mockllm.replay.routing import calling_session
 from mockllm.scenario.load import Scenario, SessionScript
+from mockllm.script.entries import HangEntry
 from mockllm.wire.dialect import Dialect
-from mockllm.wire.request import Message, Request
+from mockllm.wire.request import Request
+
+log = logging.getLogger("mockllm")
 
 ANONYMOUS = "anonymous"
 
 
-@dataclass(slots=True)
-class Binding:
-    script: int  # index into scenario.sessions
-    live_id: str
-    cursor: int = 0  # entries served so far
-    continued: int | None = None  # the call whose reply the latest chained request continued
-
-
-class Turn(NamedTuple):
-    """What one request was given: the bound session and the 0-based entry index.
+class Assignment(NamedTuple):
+    """Which entry one call was given: the bound script and the 0-based entry index.
 
     A named tuple: one is made per model call, and a frozen dataclass costs several times more.
     """
@@ -54,6 +64,8 @@ class Turn(NamedTuple):
     session: SessionScript
     live_id: str
     divergence: Divergence | None = None
+    fault: Fault | None = None  # a fault this attempt meets
+    retry: bool = False  # a repeat of a call whose answer did not reach the client whole
 
 
 @dataclass(slots=True)
@@ -63,220 +75,239 @@ class Run:
     settings: RunSettings = field(default_factory=RunSettings)
     headerless: Headerless = "conversation"
     created: float = field(default_factory=time.time)
-    bindings: dict[str, Binding] = field(default_factory=dict)  # live id -> binding
     failures: Failures = field(default_factory=Failures)
     journal: Journal = field(default_factory=Journal)
+    catalog: Catalog | None = None  # the scenario's rendered replies, shared by its runs (made if not given)
     holding: int = 0  # streams currently held open by a hang or an aborted finish
-    # What each held call is, for the report: live session, file, call, and its ready file if any.
-    held: list[dict[str, Any]] = field(default_factory=list)
+    held: list[HeldInfo] = field(default_factory=list)  # what each held call is, for the report
     side_calls: list[int] = field(default_factory=list)  # per side route: calls it was asked so far
     default: bool = False  # a scenario's default run (/scenarios/{name}/v1): its errors say how to reset it
     divergences: dict[int, Divergence] = field(default_factory=dict)  # the first per script
     diverged_calls: int = 0
-    # (file, call) -> how pacing served that call when it could not pace it as asked (mockllm.replay.pacing).
-    pacing: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
-    _bound: dict[int, Binding] = field(default_factory=dict)
-    _pending: list[tuple[Turn, Request, CallRecord]] = field(default_factory=list)  # answered, not yet compared
+    # (file, call) -> how pacing served that call when it could not pace it as asked.
+    pacing: dict[tuple[str, int], PacingNote] = field(default_factory=dict)
+    faults_served: list[FaultServed] = field(default_factory=list)  # each fault as it was served
+    # What is worth knowing but fails nothing: bound by arrival, framework-made ids matched by position.
+    notices: list[Notice] = field(default_factory=list)
+    recording: bool = False  # records from scratch: every call goes to the upstream (once, rewrite)
+    episodes: bool = False  # new_episodes: what the recording cannot serve goes to the upstream
+    went_live: LiveSessions = field(init=False)
+    _framework_noted: set[int] = field(default_factory=set)
+    _bindings: Bindings = field(init=False)
+    _faults: FaultPlan = field(init=False)
+    _pending: list[tuple[Assignment, Request, CallRecord]] = field(default_factory=list)  # answered, not compared
     _conversations: ConversationIndex = field(default_factory=ConversationIndex)
 
     def __post_init__(self) -> None:
         self.side_calls = [0] * len(self.scenario.side_routes)
+        self._bindings = Bindings(self.scenario)
+        self.went_live = LiveSessions(self.scenario, self._bindings)
+        self._faults = FaultPlan(self.settings.faults, [(s.id, s.file) for s in self.scenario.sessions])
+        if self.catalog is None:
+            self.catalog = Catalog(self.scenario)
+
+    def check_faults(self) -> None:
+        """Refuse faults that name no recorded session of this scenario (a FaultError naming them)."""
+        unmatched = self._faults.unmatched()
+        if unmatched:
+            sessions = ", ".join(f"{s.id} ({s.file})" for s in self.scenario.sessions)
+            raise FaultError(f"fault session {unmatched[0].session!r} is no recorded session of scenario "
+                             f"{self.scenario.name}; its sessions: {sessions}")
 
     @property
     def cwd(self) -> str | None:
         """Replaces `{{cwd}}` in recorded strings; where ready files are written."""
         return self.settings.cwd
 
+    @property
+    def bindings(self) -> dict[str, Binding]:
+        """Live id -> binding."""
+        return self._bindings.by_live_id
+
+    # -- answering a call ------------------------------------------------------------------------
+
+    def answer(self, header_id: str | None, request: Request, dialect: Dialect, raw_headers: RawHeaders,
+               body: bytes) -> Outcome:
+        """What this call gets. `header_id` is the session header's value, if the request sent one."""
+        if self.recording:  # the recording routes it (as `mockllm record` does): no replay state to keep
+            record = self.journal.record(dialect.name, header_id or "live", request.stream, raw_headers, body)
+            record.kind = "live"
+            return Live(record)
+        # A side route's model (a title model, warm-ups) never reaches session routing.
+        side = self.scenario.side_models.get(request.model) if request.model is not None else None
+        live_id = self.live_session(header_id, request, dialect) if side is None else f"side route {request.model}"
+        record = self.journal.record(dialect.name, live_id, request.stream, raw_headers, body)
+        assert self.catalog is not None
+        assigned: Assignment | None = None
+        try:
+            if side is None:
+                taken = self.take(live_id, request, raw_headers, body)
+                if isinstance(taken, WentLive):
+                    named = live_id != ANONYMOUS and not self._conversations.owns(live_id)
+                    return self.went_live.outcome(record, taken, named)
+                assigned = taken
+                if assigned.divergence is not None:
+                    record.diverged = assigned.divergence.what
+                # Not needed to answer: compared a little later, in a batch, off the client's wait.
+                if not self.checks_first and self._review_later(assigned, request, record):
+                    schedule_review(self)
+                script, index, file = assigned.script, assigned.call, assigned.session.file
+            else:
+                index = self.take_side(side)
+                script, file = self.catalog.side_script(side), self.scenario.side_routes[side].file
+        except ReplayFailure as failure:
+            # Past the end, the call number is the one asked for; an unrecorded session has no file.
+            record.status, record.error, record.call = failure.status, failure.code, failure.call
+            if failure.code == "request_diverged":
+                record.diverged = failure.message
+            record.script = self.script_file(live_id) if side is None else self.scenario.side_routes[side].file
+            return Refusal(record, failure.status, failure.code, failure.message)
+        entry = self.catalog.entry(script, index)
+        record.script, record.call, record.kind = file, index, type(entry).__name__
+        fault = assigned.fault if assigned is not None else None
+        if assigned is not None and assigned.retry:
+            record.retry = True
+        if fault is not None:
+            record.fault = fault.describe()
+            self.faults_served.append(FaultServed(live_id, file, index, record.fault))
+            if fault.status is not None:
+                record.status = fault.status
+                return Whole(record, fault.status, dialect.error_body(
+                    f"mockllm fault: {record.fault} at {file} call {index + 1}", None, fault.status),
+                    fault_headers(fault), (fault.delay_ms or 0) / 1000)
+        try:
+            reply = self.catalog.reply(dialect, script, index, request, self.cwd)
+        except TemplateError as exc:
+            unmatched = self.fail(ReplayFailure(
+                422, "from_request_unmatched", f"run {self.id}: {file} call {index + 1}: {exc}", live_id, index))
+            record.status, record.error = 422, unmatched.code
+            return Refusal(record, 422, unmatched.code, unmatched.message)
+        record.status = reply.status
+        delay = (fault.delay_ms or 0) / 1000 if fault is not None else 0.0
+        if reply.status != 200:
+            # A replayed provider error: exactly as the provider sent it, so an SDK may retry as it did.
+            return Whole(record, reply.status, reply.body, delay=delay)
+        held: HeldInfo = {"session": live_id, "script": file, "call": index}
+        cut_after = fault.cut_after if fault is not None else None
+        if not request.stream and cut_after is not None:  # a whole answer cut: the connection drops at once
+            return Stream(record, reply, False, None, cut_after=0, delay=delay, body=body)
+        if not request.stream:
+            if reply.hold_when_not_streaming:
+                return Hold(record, held)
+            record.status = reply.body_status
+            return Whole(record, reply.body_status, reply.body, delay=delay)
+        schedule = None
+        if self.settings.pace != "burst":
+            schedule, note = plan_pacing(self.settings, reply, request.include_usage,
+                                         self.catalog.timing(script, index),
+                                         lambda: untimed_reason(self.scenario, script, index))
+            if note is not None:
+                self._note_pacing(file, index, *note)
+        if reply.ending != "hold" or cut_after is not None:
+            return Stream(record, reply, request.include_usage, schedule, cut_after=cut_after, delay=delay,
+                          body=body)
+        ready_file = entry.readyFile if isinstance(entry, HangEntry) else None
+        return Stream(record, reply, request.include_usage, schedule, held, ready_file, self.cwd, delay=delay)
+
     def live_session(self, header_id: str | None, request: Request, dialect: Dialect) -> str:
-        """The live id of the calling session: its header, else the session whose reply it continues,
-        else its conversation."""
-        if header_id is not None:
-            return header_id
-        if request.continues is not None:
-            binding = self._continued(dialect.reply_of(request.continues))
-            if binding is not None:
-                return binding.live_id
+        """The live id of the calling session, by the rule record mode uses too (`routing.py`): its
+        header, else the session whose reply it continues, else its conversation."""
+
+        def continued(reply_id: str) -> str | None:
+            binding = self._bindings.continued(dialect.reply_of(reply_id))
+            return binding.live_id if binding is not None else None
+
+        return calling_session(header_id, request, continued, self._by_conversation)
+
+    def _by_conversation(self, request: Request) -> str:
         if self.headerless == "anonymous":
             return ANONYMOUS
         live_id, _ = self._conversations.route(request.messages)
         return live_id
 
-    def _continued(self, reply: tuple[int, int] | None) -> Binding | None:
-        """The session a request continuing reply (script, call) belongs to, if it is a step of its chain.
-
-        It is when that reply is the latest one the session was served (the next step), or the one
-        its latest chained request continued (a retry of that step). A request continuing an older
-        reply branches off the chain, as a fork child continues its parent's earlier turn: it is
-        routed by its conversation, like a fork that sends its history. So is a reply id this run
-        never served (another run's, or not one of ours).
-        """
-        binding = self._bound.get(reply[0]) if reply is not None else None
-        if binding is None or reply is None:
-            return None
-        call = reply[1]
-        if call == binding.cursor - 1 or call == binding.continued:
-            binding.continued = call
-            return binding
-        return None
-
     @property
     def checks_first(self) -> bool:
         """Whether a request must be compared before it is answered: under strict (a diverged call is
-        refused) or content binding (the comparison picks the script). Otherwise the comparison
-        only reports, and `review_pending` runs it once the answer is on its way, off the client's wait."""
-        return self.settings.strict or self.settings.bind == "content"
+        refused). Otherwise the comparison only reports, and `review_pending` runs it once the answer
+        is on its way, off the client's wait (content binding compares a session's first request
+        with the scripts' first inputs when it binds, which is all it needs). Under new_episodes too:
+        a diverged call goes to the upstream instead."""
+        return self.settings.strict or self.episodes
 
-    def take(self, live_id: str, request: Request | None = None) -> Turn:
-        """Bind if new, compare the request with the recording (when `checks_first`; else the caller
-        queues it with `review_later`), then hand out the session's next entry and advance its cursor.
+    def take(self, live_id: str, request: Request | None = None, raw_headers: RawHeaders = (),
+             body: bytes | None = None) -> Assignment | WentLive:
+        """Bind if new, compare the request with the recording (when `checks_first`; else `answer`
+        queues it for later), then hand out the session's next entry and advance its cursor.
 
         A divergence is noted (the first per session goes into the report); under `strict` the
         request is refused with 409 `request_diverged` and changes nothing: no binding, no cursor.
+        A retry of a call the client did not get whole gets that call's entry again; a status or
+        cut fault keeps the cursor where it was. Under new_episodes a call the recording cannot
+        serve returns WentLive instead of failing.
         """
-        binding = self.bindings.get(live_id)
-        chosen: Divergence | None = None
+        went = self.went_live.get(live_id)
+        if went is not None:  # the session left the recording: the upstream answers it from now on
+            return went
+        binding = self._bindings.get(live_id)
+        if binding is not None and binding.incomplete is not None:
+            call, left = binding.incomplete
+            binding.incomplete = None
+            if retry_count(raw_headers) >= 1 or (body is not None and digest(body) == left):
+                binding.retries += 1
+                session = self.scenario.sessions[binding.script]
+                return Assignment(binding.script, call, session, live_id, retry=True)
         if binding is None:
-            script, chosen = self._choose(live_id, request)
+            script, by_arrival = self._bindings.choose(live_id, request, self.settings)
+            if script is None:
+                why = advice.unrecorded(self.id, self.scenario, self._bindings, live_id, request, self._conversations,
+                                        self.default and self.consumed,
+                                        {b.live_id: self.scenario.sessions[b.script].file for b in self._bindings})
+                if self.episodes:
+                    return self.went_live.go(live_id, None, 0, "unrecorded_session", why)
+                raise self.fail(ReplayFailure(404, "unrecorded_session", why, live_id, 0))
             cursor = 0
+            if by_arrival:
+                self.notices.append(Notice(
+                    "bound_by_arrival", self.scenario.sessions[script].file, live_id, 0,
+                    "no unbound session's first recorded call matches its first request: bound in first-call "
+                    "order"))
         else:
             script, cursor = binding.script, binding.cursor
         session = self.scenario.sessions[script]
         if cursor >= len(session.entries):
-            binding = binding or self._bind(script, live_id)
+            message = advice.exhausted(self.id, self.scenario, session, live_id, cursor, self.default)
+            if self.episodes:
+                return self.went_live.go(live_id, script, cursor, "script_exhausted", message)
+            binding = binding or self._bindings.bind(script, live_id)
             binding.cursor += 1  # later calls are counted too, so the report shows how far over it went
-            raise self.fail(ReplayFailure(410, "script_exhausted", self._exhausted(session, live_id, cursor),
-                                          live_id, cursor))
-        divergence = chosen
-        if divergence is None and request is not None and self.checks_first:
+            raise self.fail(ReplayFailure(410, "script_exhausted", message, live_id, cursor))
+        divergence = None
+        if request is not None and self.checks_first:
             divergence = self._diverged(script, cursor, live_id, request)
+        if divergence is not None and self.episodes:  # not a failure: the call is what new_episodes records
+            return self.went_live.go(live_id, script, cursor, "request_diverged", divergence.message(self.id))
         if divergence is not None:
             self._note(script, divergence)
             if self.settings.strict:
                 raise self.fail(ReplayFailure(
                     409, "request_diverged", divergence.message(self.id) + "; under strict the call is refused and "
-                    "the session's cursor stays where it was (mask volatile spans with --ignore-input REGEX)",
+                    "the session's cursor stays where it was (UUIDs, dates, durations and temp folders are masked "
+                    "already; mask other volatile spans with --ignore-input REGEX)",
                     live_id, cursor))
-        binding = binding or self._bind(script, live_id)
-        turn = Turn(script, cursor, session, live_id, divergence)
-        binding.cursor += 1
-        return turn
+        binding = binding or self._bindings.bind(script, live_id)
+        attempt, fault = self._faults.attempt(script, cursor)
+        if attempt:
+            binding.retries += 1  # the call before it met a status or cut fault: this repeats it
+        if fault is None or fault.consumes:
+            binding.cursor += 1
+        return Assignment(script, cursor, session, live_id, divergence, fault, attempt > 0)
 
-    def review_later(self, turn: Turn, request: Request, record: CallRecord) -> bool:
-        """Queue an answered request for comparison with the recording; True when the queue was
-        empty (the caller then schedules `review_pending`). Reports drain the queue first, so
-        what they show never depends on when it ran."""
-        self._pending.append((turn, request, record))
-        return len(self._pending) == 1
-
-    def review_pending(self) -> None:
-        """Compare every queued request with the recording of its call, and note how each differs."""
-        pending, self._pending = self._pending, []
-        for turn, request, record in pending:
-            divergence = self._diverged(turn.script, turn.call, turn.live_id, request)
-            if divergence is not None:
-                self._note(turn.script, divergence)
-                record.diverged = divergence.what
-
-    def _note(self, script: int, divergence: Divergence) -> None:
-        self.divergences.setdefault(script, divergence)
-        self.diverged_calls += 1
-
-    def _exhausted(self, session: SessionScript, live_id: str, call: int) -> str:
-        message = (f"run {self.id}: session {session.file} (recorded id {session.id}, live id {live_id}) made call "
-                   f"{call + 1} but its script has {len(session.entries)} entries")
-        if self.default:
-            return message + (f". This is scenario {self.scenario.name}'s default run, and it is spent: start over "
-                              f"with DELETE /_mockllm/runs/{self.id} (the next request gets a fresh default run), "
-                              "or give each test its own run with POST /_mockllm/runs. If the agent now makes more "
-                              "calls than were recorded, re-record the scenario")
-        return message + ("; the agent made more model calls than were recorded: re-record the scenario, or "
-                          "append an entry in replay.override.json")
-
-    def _choose(self, live_id: str, request: Request | None) -> tuple[int, Divergence | None]:
-        """The script a new live session binds to, and the divergence when content binding found no match."""
-        sessions = self.scenario.sessions
-        chosen = next((i for i, s in enumerate(sessions) if s.id == live_id and i not in self._bound), None)
-        if chosen is not None:
-            return chosen, None
-        # Sessions recorded with no model calls never call, so they take no place in first-call order.
-        first = next((i for i, s in enumerate(sessions) if i not in self._bound and s.entries), None)
-        divergence = None
-        if self.settings.bind == "content" and request is not None and first is not None:
-            chosen, divergence = self._choose_by_content(live_id, request, first)
-        if chosen is None:
-            chosen = first
-        if chosen is None:
-            raise self.fail(ReplayFailure(404, "unrecorded_session", self._unrecorded(live_id, request), live_id, 0))
-        return chosen, divergence
-
-    def _choose_by_content(self, live_id: str, request: Request, first: int) -> tuple[int | None, Divergence | None]:
-        """The first unbound script whose first recorded inputs match the request's (twins, with
-        equal first inputs, thus bind among themselves in script order); else no script, and the
-        divergence from `first`, the script first-call order binds instead."""
-        sessions, settings = self.scenario.sessions, self.settings
-        live = live_inputs(request.tail)
-        for i in range(first, len(sessions)):
-            recorded = sessions[i].inputs[0] if sessions[i].inputs else None
-            if (i not in self._bound and sessions[i].entries and recorded
-                    and first_mismatch(recorded.items, live, masks=settings.masks, cwd=settings.cwd) is None):
-                return i, None
-        first_recorded = sessions[first].inputs[0] if sessions[first].inputs else None
-        first_inputs = first_recorded.items if first_recorded else ()
-        what, expected, got, diff = compare_inputs(first_inputs, live, masks=settings.masks, cwd=settings.cwd) or (
-            "its first request", "", "", "")
-        return None, Divergence("binding", sessions[first].file, live_id, 0,
-                                f"{what} (no unbound session's first recorded call matches it; bound in "
-                                "first-call order)", expected, got, diff)
-
-    def _unrecorded(self, live_id: str, request: Request | None) -> str:
-        sessions = self.scenario.sessions
-        bound = ", ".join(f"{sessions[b.script].file}<-{b.live_id}" for b in self._bound.values()) or "none"
-        message = (f"run {self.id}: live session {live_id} is new, but every recorded session with model calls "
-                   f"is already bound ({bound})")
-        if request is None or not self._conversations.owns(live_id):
-            return message + ("; the agent started a session that was not recorded: re-record the scenario, or "
-                              "send the recorded id in the x-mockllm-session header")
-        closest = self._conversations.closest(request.messages, exclude=live_id)
-        if closest is None:
-            return message + "; its messages extend no live conversation, and none has started yet"
-        other, agreed, expected, got = closest
-        where = self.script_file(other) or "unbound"
-        return message + (
-            f". Its messages extend no live conversation; the closest is {other} ({where}), whose latest request "
-            f"agrees with it for {agreed} message(s) and then differs at message {agreed + 1}: there it had "
-            f"{_gist(expected)}, this request has {_gist(got)}. The usual cause is a turn sent without the "
-            "history before it (send the whole conversation every call); a subagent of its own needs its own "
-            "x-mockllm-session header")
-
-    def _diverged(self, script: int, call: int, live_id: str, request: Request) -> Divergence | None:
-        """How this request differs from what was recorded before call `call` of `script`, if it does.
-
-        Described in full only when it will be reported (the session's first, or a refusal under
-        strict): otherwise expected, got and diff stay empty."""
-        describe = script not in self.divergences or self.settings.strict
-        session = self.scenario.sessions[script]
-        inputs = session.inputs[call] if call < len(session.inputs) else None
-        if inputs:  # a call recorded with no inputs of its own (a retry) is not compared
-            recorded = inputs.items
-            live = live_inputs(request.tail)
-            cwd = self.settings.cwd
-            number = first_mismatch(recorded, live, masks=self.settings.masks, cwd=cwd)
-            if number is not None:
-                found = (describe_mismatch(recorded, live, number, cwd) if describe
-                         else (input_name(recorded, live, number), "", "", ""))
-                return Divergence("input", session.file, live_id, call, *found)
-        called = self.scenario.tools_called(script, call)
-        if called:
-            offered = request.offered_tools
-            missing = tool_not_offered(called, offered)
-            if missing is not None and offered is not None:
-                return Divergence("tool", session.file, live_id, call, f"the tool {missing!r} the recorded call uses",
-                                  missing, "offered: " + (", ".join(sorted(offered)) or "no tools"), "")
-        return None
-
-    def _bind(self, script: int, live_id: str) -> Binding:
-        binding = self.bindings[live_id] = self._bound[script] = Binding(script, live_id)
-        return binding
+    def left_early(self, outcome: Stream) -> None:
+        """The client left before `outcome`'s stream ended: a retry of that call gets its entry again."""
+        record = outcome.record
+        binding = self._bindings.get(record.session)
+        if binding is not None and record.call is not None and outcome.cut_after is None:
+            binding.incomplete = (record.call, digest(outcome.body))
 
     def take_side(self, route: int) -> int:
         """The entry a side route serves next (its own cursor; `repeat` serves the last one again)."""
@@ -287,89 +318,83 @@ class Run:
             return call
         if side.repeat and side.entries:
             return len(side.entries) - 1
-        raise self.fail(ReplayFailure(
-            410, "script_exhausted",
-            f"run {self.id}: side route {side.model!r} ({side.file}) got call {call + 1} but its script has "
-            f"{len(side.entries)} entries; add entries to {side.file}, or set \"repeat\": true in mockllm.json "
-            "to serve its last entry again",
-            None, call,
-        ))
+        raise self.fail(ReplayFailure(410, "script_exhausted", advice.side_exhausted(self.id, side, call), None, call))
 
-    def script_file(self, live_id: str) -> str | None:
-        """The recorded session file `live_id` is bound to, if it is bound."""
-        binding = self.bindings.get(live_id)
-        return self.scenario.sessions[binding.script].file if binding is not None else None
+    @contextlib.contextmanager
+    def holding_call(self, held: HeldInfo) -> Iterator[None]:
+        """While a call is held open, the run's state and report list it."""
+        self.holding += 1
+        self.held.append(held)
+        try:
+            yield
+        finally:
+            self.held.remove(held)
+            self.holding -= 1
+
+    # -- comparing requests with the recording -----------------------------------------------------
+
+    def _review_later(self, assigned: Assignment, request: Request, record: CallRecord) -> bool:
+        """Queue an answered request for comparison with the recording; True when the queue was
+        empty (a review is then scheduled). Reports drain the queue first, so what they show never
+        depends on when it ran."""
+        self._pending.append((assigned, request, record))
+        return len(self._pending) == 1
+
+    def review_pending(self) -> None:
+        """Compare every queued request with the recording of its call, and note how each differs."""
+        pending, self._pending = self._pending, []
+        for assigned, request, record in pending:
+            divergence = self._diverged(assigned.script, assigned.call, assigned.live_id, request)
+            if divergence is not None:
+                self._note(assigned.script, divergence)
+                record.diverged = divergence.what
+
+    def _note(self, script: int, divergence: Divergence) -> None:
+        self.divergences.setdefault(script, divergence)
+        self.diverged_calls += 1
+
+    def _diverged(self, script: int, call: int, live_id: str, request: Request) -> Divergence | None:
+        """How this request differs from what was recorded before call `call` of `script`, if it does.
+
+        Described in full only when it will be reported (the session's first, or a refusal under
+        strict): otherwise expected, got and diff stay empty."""
+        describe = script not in self.divergences or self.settings.strict
+        divergence, framework = diverged(self.scenario, self.settings, script, call, live_id, request, describe)
+        if framework and script not in self._framework_noted:
+            self._framework_noted.add(script)
+            self.notices.append(Notice(
+                "framework_ids", self.scenario.sessions[script].file, live_id, call,
+                "tool results for calls the recorded model never made (a framework's own) were matched by "
+                "position among themselves, their ids ignored"))
+        return divergence
+
+    def _note_pacing(self, file: str, call: int, served: str, why: str) -> None:
+        """Say once per run and call how pacing served it; the log says it once per run and file."""
+        key = (file, call)
+        if key in self.pacing:
+            return
+        if not any(f == file for f, _ in self.pacing):
+            log.warning("run %s: %s call %d: %s", self.id, file, call + 1, why)
+        self.pacing[key] = PacingNote(file, call, served, why)
 
     def fail(self, failure: ReplayFailure) -> ReplayFailure:
         """Record a failure in the run's report, and return it (to raise or answer with)."""
         self.failures.add(failure)
         return failure
 
-    @property
-    def consumed(self) -> bool:
-        """Every script with entries was bound and drained, and every side route served in full."""
-        return all(
-            (b := self._bound.get(i)) is not None and b.cursor >= len(s.entries)
-            for i, s in enumerate(self.scenario.sessions)
-            if s.entries
-        ) and all(calls >= len(r.entries) for calls, r in zip(self.side_calls, self.scenario.side_routes, strict=True))
+    # -- what reports read -----------------------------------------------------------------------
+
+    def script_file(self, live_id: str) -> str | None:
+        """The recorded session file `live_id` is bound to, if it is bound."""
+        return self._bindings.file_of(live_id)
 
     def bound(self, script: int) -> Binding | None:
         """The binding of script `script`, once a live session is bound to it."""
-        return self._bound.get(script)
+        return self._bindings.of_script(script)
 
+    @property
+    def consumed(self) -> bool:
+        """Every script with entries was bound and drained, and every side route served in full."""
+        return self._bindings.drained and all(
+            calls >= len(r.entries) for calls, r in zip(self.side_calls, self.scenario.side_routes, strict=True))
 
-def _gist(message: Message | None, limit: int = 80) -> str:
-    if message is None:
-        return "no message"
-    text = " ".join(message.text.split())
-    text = text if len(text) <= limit else text[: limit - 1] + "…"
-    calls = f" calling {', '.join(c.name or '?' for c in message.tool_calls)}" if message.tool_calls else ""
-    return f"{message.role or 'a'} message {text!r}{calls}"
-
-
-class Runs:
-    """Every run of a server: the default run per scenario, and runs created by clients."""
-
-    def __init__(self, scenarios: dict[str, Scenario], options: ServeOptions) -> None:
-        self._scenarios = scenarios
-        self._options = options
-        self._settings = RunSettings.of(options)
-        self._runs: dict[str, Run] = {}
-        self._defaults: dict[str, str] = {}
-        self._ids = itertools.count(1)
-
-    def create(self, scenario: str, overrides: Mapping[str, Any] | None = None) -> Run:
-        """A new run of `scenario`, with the server's settings and a run's JSON `overrides` over them
-        (`POST /_mockllm/runs` fields; a bad one is a ValueError naming it)."""
-        options = self._options
-        settings = self._settings.with_json(overrides) if overrides else self._settings
-        run = Run(f"run-{next(self._ids)}", self._scenarios[scenario], settings, options.headerless,
-                  journal=Journal(options.journal_limit))
-        self._runs[run.id] = run
-        return run
-
-    def default(self, scenario: str) -> Run:
-        """The run behind /scenarios/{name}/v1, created on first use."""
-        run_id = self._defaults.get(scenario)
-        if run_id is None or run_id not in self._runs:
-            run = self.create(scenario)
-            run.default = True
-            self._defaults[scenario] = run.id
-            return run
-        return self._runs[run_id]
-
-    def default_id(self, scenario: str) -> str | None:
-        """The id of the scenario's default run, once it has been used."""
-        run_id = self._defaults.get(scenario)
-        return run_id if run_id in self._runs else None
-
-    def get(self, run_id: str) -> Run | None:
-        return self._runs.get(run_id)
-
-    def end(self, run_id: str) -> Run | None:
-        """Remove a run; a default run is replaced by a fresh one on next use."""
-        return self._runs.pop(run_id, None)
-
-    def __len__(self) -> int:
-        return len(self._runs)

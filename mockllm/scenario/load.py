@@ -8,22 +8,21 @@ order in which dsh binds new live sessions).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from mockllm.dsh.header import SessionHeader, SessionKind
+from mockllm.dsh.names import CHILD_FILE, MANIFEST_FILE, PRIMARY_FILE, SIDECAR_FILE
 from mockllm.dsh.reader import SessionLog, read_log
 from mockllm.errors import NotAScenarioError, RecordingError, ScenarioError
-from mockllm.scenario.side_routes import MANIFEST_FILE, SideRoute, SideRouteSpec, load_side_route, read_manifest
+from mockllm.scenario.count_tokens import load_counts, request_key
+from mockllm.scenario.side_routes import SideRoute, SideRouteSpec, load_side_route, read_manifest
 from mockllm.script.derive import Timing, call_timings, derive_script, recorded_model
-from mockllm.script.entries import Entry, tools_called
+from mockllm.script.entries import Entry, tool_call_ids, tools_called
 from mockllm.script.inputs import RecordedInputs
-from mockllm.script.sidecar import SIDECAR_FILE, Sidecar, read_sidecar
-
-PRIMARY_FILE = "session.jsonl"
-_CHILD_FILE = re.compile(r"session\.(\d+)\.jsonl")
+from mockllm.script.sidecar import Sidecar, read_sidecar
 
 
 @dataclass(slots=True)
@@ -44,6 +43,7 @@ class SessionScript:
     # (script.DerivedScript); the times themselves are read from `path` on first use (`timings`).
     inputs: list[RecordedInputs | None] = field(default_factory=list)
     timed: list[int | None] = field(default_factory=list)
+    system: str | None = None  # its first call's system prompt, when the log names it (binds twins)
     path: Path | None = None
     _timings: list[Timing | None] | None = None
     # The whole log, kept only when asked (`keep_logs`): serving needs the scripts, not the events,
@@ -76,6 +76,15 @@ class Scenario:
 
     # (script, call) -> names of the tools that entry calls, filled on first use.
     _tools: dict[tuple[int, int], tuple[str, ...]] = field(default_factory=dict)
+    _ids: dict[int, frozenset[str]] = field(default_factory=dict)
+    _counts: dict[bytes, bytes] | None = None
+
+    def token_count(self, request: Any) -> bytes | None:
+        """The recorded answer to a `count_tokens` request equal to `request`, if one was recorded
+        (the scenario's count_tokens.json, read on first use; RecordingError when it is broken)."""
+        if self._counts is None:
+            self._counts = load_counts(self.path)
+        return self._counts.get(request_key(request))
 
     def __post_init__(self) -> None:
         self.side_models = {route.model: number for number, route in enumerate(self.side_routes)}
@@ -86,6 +95,13 @@ class Scenario:
         if names is None:
             names = self._tools[(script, call)] = tools_called(self.sessions[script].entries[call])
         return names
+
+    def model_ids(self, script: int) -> frozenset[str]:
+        """The ids of every tool call script `script`'s recorded model made (cached)."""
+        ids = self._ids.get(script)
+        if ids is None:
+            ids = self._ids[script] = frozenset().union(*(tool_call_ids(e) for e in self.sessions[script].entries))
+        return ids
 
     @property
     def primary(self) -> SessionScript:
@@ -98,6 +114,31 @@ class Suite:
     scenarios: dict[str, Scenario] = field(default_factory=dict)
     broken: dict[str, ScenarioError] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)  # sub-folders that are not scenarios
+    single: bool = False  # `path` is one scenario, not a suite of them
+    recordable: bool = True  # record modes may write into `path` (not the bundled recordings, not dsh's files)
+
+    def folder_of(self, name: str) -> Path:
+        """Where scenario `name` is (or would be recorded): its path in the suite."""
+        return self.path if self.single and name == self.path.name else self.path / name
+
+
+# A suite holds scenarios one level down too (`recordings/test_agent/test_tool_loop/`, as the
+# pytest plugin names them after the test): a scenario's name is its path in the suite.
+MAX_NAME_DEPTH = 2
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` cannot name a scenario folder in a suite, or None when it can."""
+    parts = name.split("/")
+    if not name or len(parts) > MAX_NAME_DEPTH or any(not p or p in (".", "..") for p in parts):
+        return (f"scenario name {name!r}: expected a folder name, or GROUP/NAME for a scenario one level down "
+                "(no empty part, no . or ..)")
+    if len(parts) == MAX_NAME_DEPTH and parts[1] == "v1":
+        return f"scenario name {name!r}: v1 cannot name a scenario one level down (its address would end in /v1/v1)"
+    if "\\" in name or any(p.startswith(".") or any(ord(c) < 32 for c in p) for p in parts):
+        return (f"scenario name {name!r}: no backslash, control character or leading dot (hidden folders are "
+                "mockllm's own)")
+    return None
 
 
 def is_scenario(path: Path) -> bool:
@@ -107,25 +148,27 @@ def is_scenario(path: Path) -> bool:
 def session_files(path: Path) -> list[Path]:
     """The primary's log (if any), then child logs by their number."""
     children = sorted(
-        (int(m.group(1)), p) for p in path.iterdir() if (m := _CHILD_FILE.fullmatch(p.name)) and p.is_file()
+        (int(m.group(1)), p) for p in path.iterdir() if (m := CHILD_FILE.fullmatch(p.name)) and p.is_file()
     )
     primary = [path / PRIMARY_FILE] if (path / PRIMARY_FILE).is_file() else []
     return primary + [p for _, p in children]
 
 
-def load_scenario(path: Path, *, keep_logs: bool = False, side_routes: Sequence[SideRouteSpec] = ()) -> Scenario:
+def load_scenario(path: Path, *, keep_logs: bool = False, side_routes: Sequence[SideRouteSpec] = (),
+                  name: str | None = None) -> Scenario:
     """Load and derive every session of one scenario; raises ScenarioError listing every broken file.
 
     `keep_logs` keeps each session's event list (for `check`, which compares seeds with parents).
-    `side_routes` adds routes to those the folder's `mockllm.json` declares.
+    `side_routes` adds routes to those the folder's `mockllm.json` declares. `name` is its name in
+    its suite (default: the folder's name).
     """
     if not path.is_dir() or not is_scenario(path):
         raise NotAScenarioError(f"{path}: not a scenario (no {PRIMARY_FILE} and no {SIDECAR_FILE})")
     files = session_files(path)
     primary = path / PRIMARY_FILE if (path / PRIMARY_FILE).is_file() else None
     sidecar = path / SIDECAR_FILE if (path / SIDECAR_FILE).is_file() else None
-    return build_scenario(path.name, path, primary, files[1:] if primary else files, sidecar, keep_logs=keep_logs,
-                          side_routes=side_routes)
+    return build_scenario(name or path.name, path, primary, files[1:] if primary else files, sidecar,
+                          keep_logs=keep_logs, side_routes=side_routes)
 
 
 def build_scenario(name: str, path: Path, primary: Path | None, children: Sequence[Path], sidecar_file: Path | None,
@@ -186,23 +229,45 @@ def build_scenario(name: str, path: Path, primary: Path | None, children: Sequen
     return Scenario(name, path, [first, *rest], routes)
 
 
-def load_suite(path: Path, *, keep_logs: bool = False, side_routes: Sequence[SideRouteSpec] = ()) -> Suite:
-    """Load `path` as one scenario, or as a suite of scenario sub-folders; broken ones are kept apart."""
+def load_suite(path: Path, *, keep_logs: bool = False, side_routes: Sequence[SideRouteSpec] = (),
+               allow_empty: bool = False) -> Suite:
+    """Load `path` as one scenario, or as a suite of scenario sub-folders (and of scenarios one
+    level down, named `GROUP/NAME`); broken ones are kept apart. Hidden folders are skipped unsaid:
+    a recording being written lives in one until it is renamed into place.
+
+    `allow_empty`: a missing or empty folder is an empty suite (a server that records into it)."""
     if not path.is_dir():
+        if allow_empty and not path.exists():
+            return Suite(path)
         raise NotAScenarioError(f"{path}: not a folder")
+    if is_scenario(path):
+        suite = Suite(path, single=True)
+        _load_into(suite, path.name, path, keep_logs, side_routes)
+        return suite
     suite = Suite(path)
-    folders = [path] if is_scenario(path) else sorted(p for p in path.iterdir() if p.is_dir())
-    for folder in folders:
-        if not is_scenario(folder):
-            suite.skipped.append(folder.name)
+    for folder in _subfolders(path):
+        if is_scenario(folder):
+            _load_into(suite, folder.name, folder, keep_logs, side_routes)
             continue
-        try:
-            suite.scenarios[folder.name] = load_scenario(folder, keep_logs=keep_logs, side_routes=side_routes)
-        except ScenarioError as exc:
-            suite.broken[folder.name] = exc
-    if not suite.scenarios and not suite.broken:
+        inner = [sub for sub in _subfolders(folder) if is_scenario(sub)]
+        if not inner:
+            suite.skipped.append(folder.name)
+        for sub in inner:
+            _load_into(suite, f"{folder.name}/{sub.name}", sub, keep_logs, side_routes)
+    if not suite.scenarios and not suite.broken and not allow_empty:
         raise NotAScenarioError(f"{path}: neither a scenario nor a suite of scenarios (no {PRIMARY_FILE} found)")
     return suite
+
+
+def _subfolders(path: Path) -> list[Path]:
+    return sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def _load_into(suite: Suite, name: str, folder: Path, keep_logs: bool, side_routes: Sequence[SideRouteSpec]) -> None:
+    try:
+        suite.scenarios[name] = load_scenario(folder, keep_logs=keep_logs, side_routes=side_routes, name=name)
+    except ScenarioError as exc:
+        suite.broken[name] = exc
 
 
 def _session_script(file: Path, sidecar: Sidecar | None, keep_logs: bool, *, primary: bool) -> SessionScript:
@@ -212,7 +277,7 @@ def _session_script(file: Path, sidecar: Sidecar | None, keep_logs: bool, *, pri
     return SessionScript(
         id=header.id, file=file.name, parent=header.parent_session, kind=script.kind, cut=header.cut,
         events=len(log.events), created_at=header.created_at, entries=script.entries, header=header,
-        inputs=script.inputs, timed=script.timed, path=file,
+        inputs=script.inputs, timed=script.timed, system=script.system, path=file,
         model=recorded_model(log), log=log if keep_logs else None,
     )
 

@@ -18,15 +18,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
+from mockllm.dsh.names import MANIFEST_FILE
 from mockllm.dsh.reader import read_log
 from mockllm.errors import RecordingError
 from mockllm.script.derive import derive_script
 from mockllm.script.entries import Entry
 from mockllm.script.sidecar import read_sidecar
-
-MANIFEST_FILE = "mockllm.json"
 
 
 class SideRouteSpec(NamedTuple):
@@ -45,10 +44,6 @@ class SideRoute:
     path: Path
     entries: list[Entry]
     repeat: bool
-
-    def summary(self) -> dict[str, Any]:
-        """The route as `inspect --json` and `/_mockllm/scenarios` show it."""
-        return {"model": self.model, "file": self.file, "repeat": self.repeat, "entries": len(self.entries)}
 
 
 def parse_side_route(text: str) -> SideRouteSpec:

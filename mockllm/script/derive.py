@@ -7,6 +7,7 @@ own; deriving from the whole log would serve the child its parent's answers.
 
 from __future__ import annotations
 
+import re
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,16 +27,26 @@ from mockllm.dsh.chunks import (
     UsageChunk,
 )
 from mockllm.dsh.header import SessionKind
+from mockllm.dsh.names import (
+    COMPACTION_EVENT,
+    REQUEST_CONTEXT,
+    REQUEST_HEADER,
+    SIDECAR_FILE,
+    STEP_START,
+    TOOL_RESULT,
+    USER_MESSAGE,
+)
 from mockllm.dsh.reader import CallChunk, Event, SessionLog, read_log
 from mockllm.errors import RecordingError
 from mockllm.script.entries import ChunksEntry, Entry
-from mockllm.script.inputs import TOOL_RESULT, USER_MESSAGE, RecordedInputs
+from mockllm.script.inputs import RecordedInputs
 from mockllm.script.sidecar import Sidecar
 
-COMPACTION_EVENT = "compaction/summary"
-STEP_START = "step/start"
 _INPUT_EVENTS = (USER_MESSAGE, TOOL_RESULT)
-_NOTED = frozenset((USER_MESSAGE, TOOL_RESULT, STEP_START, COMPACTION_EVENT))  # the events besides chunks read here
+# The events besides chunks read here.
+_NOTED = frozenset((USER_MESSAGE, TOOL_RESULT, STEP_START, COMPACTION_EVENT, REQUEST_HEADER))
+# A system prompt dsh's fixtures template away (`"system": "{{system}}"`): no prompt to compare.
+_PLACEHOLDER = re.compile(r"\{\{[\w:.-]+\}\}")
 
 
 class _Compaction(msgspec.Struct):
@@ -56,6 +67,7 @@ class RecordedCall:
     line: int  # line of the call's last chunk: where a missing `finish` is reported
     chunks: list[StreamChunk] = field(default_factory=list)
     inputs: RecordedInputs | None = None
+    system: str | None = None  # the system prompt a `request/header` logged since the last call names
     # When the call started (its step's start, or the end of the call it retries) and each chunk's
     # time, epoch ms; None for a projected log, which records no times.
     started: float | None = None
@@ -97,6 +109,7 @@ def recorded_calls(events: list[Event], log: SessionLog, *, with_times: bool = F
     kinds: list[str] = []  # input events logged since the last call started, undecoded
     raws: list[bytes] = []
     started: float | None = None
+    system: str | None = None
     for event in events:
         data = event.data
         if type(data) is CallChunk:
@@ -107,11 +120,12 @@ def recorded_calls(events: list[Event], log: SessionLog, *, with_times: bool = F
                 current = open_calls.get(key)
                 if current is None:
                     current = open_calls[key] = RecordedCall(
-                        data.turn, data.step, event.line, inputs=RecordedInputs.of(kinds, raws),
+                        data.turn, data.step, event.line, inputs=RecordedInputs.of(kinds, raws), system=system,
                         started=started if started is not None else event.time,
                         times=array("d") if with_times and event.time is not None else None)
                     kinds.clear()
                     raws.clear()
+                    system = None
                     calls.append(current)
                 add_chunk = current.chunks.append
                 timed = current.times is not None
@@ -133,6 +147,8 @@ def recorded_calls(events: list[Event], log: SessionLog, *, with_times: bool = F
             raws.append(bytes(data))
         elif event.type == STEP_START:
             started = event.time
+        elif event.type == REQUEST_HEADER and isinstance(data, msgspec.Raw):
+            system = _system_of(data)
         elif event.type == COMPACTION_EVENT and isinstance(data, msgspec.Raw):
             compaction = _decode_compaction(data, event, log)
             if compaction.llmStreamCall:
@@ -143,6 +159,17 @@ def recorded_calls(events: list[Event], log: SessionLog, *, with_times: bool = F
     if current is not None:
         current.line = last_line
     return calls
+
+
+def _system_of(raw: msgspec.Raw) -> str | None:
+    """The system prompt a `request/header` event names (`{"header": {"system": …}}`), if it names one."""
+    try:
+        data = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    header = data.get("header") if isinstance(data, dict) else None
+    system = header.get("system") if isinstance(header, dict) else None
+    return system if isinstance(system, str) and not _PLACEHOLDER.fullmatch(system) else None
 
 
 def _ignore(value: object) -> None:
@@ -170,6 +197,7 @@ class DerivedScript:
     entries: list[Entry]
     inputs: list[RecordedInputs | None]
     timed: list[int | None]  # per entry, the recorded call whose times it replays (None: scripted)
+    system: str | None = None  # the system prompt of its first recorded call, when the log names it
 
 
 class Timing(msgspec.Struct, gc=False, frozen=True):
@@ -203,7 +231,7 @@ def derive_script(log: SessionLog | None, sidecar: Sidecar | None, *, primary: b
     inputs: list[RecordedInputs | None] = [calls[n].inputs if n < len(calls) else None for n in range(len(entries))]
     timed: list[int | None] = [n if n < len(calls) and n not in replaced else None for n in range(len(entries))]
     kind: SessionKind = "primary" if primary else ("fork" if log.header.is_seeded else "spawn")
-    return DerivedScript(kind, entries, inputs, timed)
+    return DerivedScript(kind, entries, inputs, timed, calls[0].system if calls else None)
 
 
 def _timing(call: RecordedCall) -> Timing | None:
@@ -220,7 +248,7 @@ def calls_to_entries(calls: list[RecordedCall], log: SessionLog, replaced: set[i
             raise RecordingError(
                 log.path, call.line,
                 f"the model call of {call.where} (call {number}) has no final finish chunk "
-                f"(it ends with {last}); re-record it, or replace it in replay.override.json",
+                f"(it ends with {last}); re-record it, or replace it in {SIDECAR_FILE}",
             )
     return [ChunksEntry(call.chunks) for call in calls]
 
@@ -229,7 +257,7 @@ def _decode_compaction(raw: msgspec.Raw, event: Event, log: SessionLog) -> _Comp
     try:
         return _compaction_decoder.decode(raw)
     except msgspec.DecodeError as exc:
-        raise RecordingError(log.path, event.line, f"compaction/summary data: {exc}") from None
+        raise RecordingError(log.path, event.line, f"{COMPACTION_EVENT} data: {exc}") from None
 
 
 def _compaction_chunks(compaction: _Compaction) -> list[StreamChunk]:
@@ -247,7 +275,7 @@ def _compaction_chunks(compaction: _Compaction) -> list[StreamChunk]:
 def recorded_model(log: SessionLog) -> str | None:
     """The model the session called, from its first `request/context` or `request/header` event."""
     for event in log.events:
-        if event.type in ("request/context", "request/header") and isinstance(event.data, msgspec.Raw):
+        if event.type in (REQUEST_CONTEXT, REQUEST_HEADER) and isinstance(event.data, msgspec.Raw):
             data = msgspec.json.decode(event.data)
             if not isinstance(data, dict):
                 continue

@@ -77,3 +77,13 @@ def tools_called(entry: Entry) -> tuple[str, ...]:
         elif isinstance(chunk, BlockEnd) and chunk.block.type == "tool-call" and chunk.block.name:
             names.setdefault(chunk.index, chunk.block.name)
     return tuple(names[i] for i in sorted(names))
+
+
+def tool_call_ids(entry: Entry) -> frozenset[str]:
+    """The ids of the tool calls an entry makes (a tool result answering one of them is the model's)."""
+    if isinstance(entry, HangEntry):
+        return frozenset()
+    ids = {chunk.id for chunk in entry.chunks if isinstance(chunk, ToolCallDelta) and chunk.id}
+    ids |= {chunk.block.id for chunk in entry.chunks
+            if isinstance(chunk, BlockEnd) and chunk.block.type == "tool-call" and chunk.block.id}
+    return frozenset(ids)

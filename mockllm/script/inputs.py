@@ -13,8 +13,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-USER_MESSAGE = "user/message"
-TOOL_RESULT = "tool/result"
+from mockllm.dsh.names import TOOL_RESULT, USER_MESSAGE
 
 
 class Input(NamedTuple):

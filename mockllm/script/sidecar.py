@@ -17,8 +17,6 @@ import msgspec
 from mockllm.errors import RecordingError
 from mockllm.script.entries import ENTRY_KINDS, Entry, HangEntry, ready_file_problem
 
-SIDECAR_FILE = "replay.override.json"
-
 _entry_decoder = msgspec.json.Decoder(Entry)
 
 

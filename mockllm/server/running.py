@@ -6,67 +6,34 @@ the Python API and the pytest plugin agree on it.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import gc
 import importlib.resources
 import logging
-import signal
 import sys
-from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
-
 from mockllm.errors import MockllmError
-from mockllm.options import ServeOptions
+from mockllm.hosting.listen import CannotListen, listen, run_main, serve_until_signalled
+from mockllm.hosting.listen import RunningServer as RunningServer  # the Python API and tests take it from here
+from mockllm.options import ServeOptions, parse_upstream
+from mockllm.record.recording import host_of
 from mockllm.scenario import dshenv
 from mockllm.scenario.load import Suite, load_suite
 from mockllm.server.app import create_app
 
-# Held streams (hangs) are cancelled on shutdown; nothing else needs long to finish.
-SHUTDOWN_TIMEOUT = 1.0
 # Profiled at 1,000 concurrent streams, the default (700, 10, 10) spent ~25 µs a request in gen1/2
 # collections that freed nothing; a larger young generation keeps that flat as streams grow.
 GC_THRESHOLDS = (50_000, 50, 100)
 
 
-class RunningServer:
-    """A started server; `base_url` is `http://host:port` (no trailing slash)."""
-
-    def __init__(self, runner: web.AppRunner, host: str, port: int) -> None:
-        self.runner = runner
-        self.host = host
-        self.port = port
-
-    @property
-    def base_url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
-
-    async def close(self) -> None:
-        await self.runner.cleanup()
-
-
 async def start_server(suite: Suite, options: ServeOptions | None = None, **changes: Any) -> RunningServer:
     """Start serving `suite` on the running loop with `options` (ServeOptions field names as
-    keyword `changes` override them; in-process callers usually pass `port=0`: a free port)."""
+    keyword `changes` override them; in-process callers usually pass `port=0`: a free port).
+    An address that cannot be bound raises CannotListen (an OSError)."""
     options = (options or ServeOptions()).replace(**changes)
-    host, port = options.host, options.port
-    app = create_app(suite, options)
-    # handler_cancellation: a client that leaves cancels its handler, which is what frees a hang.
-    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    try:
-        await site.start()
-    except BaseException:
-        await runner.cleanup()  # a failed bind must not leave the app half set up
-        raise
-    sockets = runner.addresses
-    bound_port = sockets[0][1] if sockets else port
-    return RunningServer(runner, host, bound_port)
+    runner, port = await listen(create_app(suite, options), options.host, options.port)
+    return RunningServer(runner, options.host, port)
 
 
 def bundled_recordings() -> Path:
@@ -78,7 +45,7 @@ def bundled_recordings() -> Path:
     shipped = importlib.resources.files("mockllm") / "recordings"
     if isinstance(shipped, Path) and shipped.is_dir():
         return shipped
-    return Path(__file__).resolve().parent.parent / "recordings"
+    return Path(__file__).resolve().parents[2] / "recordings"  # mockllm/server/running.py -> the project
 
 
 def load_source(path: Path | None = None, options: ServeOptions | None = None) -> Suite:
@@ -90,10 +57,13 @@ def load_source(path: Path | None = None, options: ServeOptions | None = None) -
     """
     side_routes = options.side_route_specs if options is not None else []
     if path is not None:
-        return load_suite(path, side_routes=side_routes)
-    if dshenv.requested():
-        return dshenv.load_dsh_env(side_routes=side_routes)
-    return load_suite(bundled_recordings(), side_routes=side_routes)
+        # A server that records may start on a new or empty folder: it is where recordings go.
+        records = options is not None and (options.record_mode != "none" or bool(options.upstream))
+        return load_suite(path, side_routes=side_routes, allow_empty=records)
+    suite = dshenv.load_dsh_env(side_routes=side_routes) if dshenv.requested() else load_suite(
+        bundled_recordings(), side_routes=side_routes)
+    suite.recordable = False  # mockllm's own files, or dsh's: never written by a record mode
+    return suite
 
 
 def serve_forever(path: Path | None, options: ServeOptions) -> int:
@@ -108,21 +78,12 @@ def serve_forever(path: Path | None, options: ServeOptions) -> int:
         print(f"mockllm: scenario {name} is broken and will not be served:\n{error}", file=sys.stderr)
     for name in suite.skipped:
         print(f"mockllm: skipped {suite.path / name}: not a scenario", file=sys.stderr)
-    run: Callable[[Coroutine[Any, Any, None]], None] = asyncio.run
-    with contextlib.suppress(ImportError):
-        import uvloop
-
-        run = uvloop.run  # not an event loop policy: asyncio deprecates those from Python 3.14
     try:
-        run(_serve(suite, options))
+        run_main(_serve(suite, options))
     except CannotListen as exc:
         print(f"mockllm: {exc}", file=sys.stderr)
         return 1
     return 0
-
-
-class CannotListen(MockllmError):
-    """The address could not be bound (kept apart from other OSErrors, such as a closed stdout)."""
 
 
 def settle_memory() -> None:
@@ -133,24 +94,18 @@ def settle_memory() -> None:
 
 
 async def _serve(suite: Suite, options: ServeOptions) -> None:
-    try:
-        server = await start_server(suite, options)
-    except OSError as exc:
-        raise CannotListen(f"cannot listen on {options.host}:{options.port}: {exc.strerror or exc}") from exc
+    server = await start_server(suite, options)
     settle_memory()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     names = sorted(suite.scenarios)
-    print(f"mockllm serving {len(names)} scenario(s) from {suite.path} on {server.base_url}", flush=True)
+    banner = [f"mockllm serving {len(names)} scenario(s) from {suite.path} on {server.base_url}"]
     if len(names) == 1:
-        print(f"  {server.base_url}/v1", flush=True)
-    for name in names:
-        print(f"  {server.base_url}/scenarios/{name}/v1", flush=True)
-    print(f"  runs: POST {server.base_url}/_mockllm/runs {{\"scenario\": NAME}}", flush=True)
+        banner.append(f"  {server.base_url}/v1")
+    banner += [f"  {server.base_url}/scenarios/{name}/v1" for name in names]
+    banner.append(f"  runs: POST {server.base_url}/_mockllm/runs {{\"scenario\": NAME}}")
+    if options.upstream:
+        hosts = ", ".join(host_of(parse_upstream(u)[1]) for u in options.upstream)
+        banner.append(f"  record mode {options.record_mode} (per run: \"record_mode\"); live calls go to {hosts}")
     try:
-        await stop.wait()
+        await serve_until_signalled(server, banner)
     finally:
-        await server.close()
         print("mockllm stopped", flush=True)

@@ -15,13 +15,15 @@ from __future__ import annotations
 from mockllm.wire.anthropic import AnthropicMessages
 from mockllm.wire.chat import ChatCompletions, models_body
 from mockllm.wire.dialect import Dialect
+from mockllm.wire.gemini import Gemini
+from mockllm.wire.ollama import Ollama
 from mockllm.wire.responses import Responses
 
 CHAT = ChatCompletions()
 # The shape of errors outside any model route (admin, unknown paths): OpenAI's, as most clients parse.
 DEFAULT: Dialect = CHAT
 
-# Served under every base (`/v1`, `/scenarios/{name}/v1`, `/runs/{run}/v1`), in this order.
-DIALECTS: tuple[Dialect, ...] = (CHAT, AnthropicMessages(), Responses())
+# Served under every base root (`/`, `/scenarios/{name}`, `/runs/{run}`), in this order.
+DIALECTS: tuple[Dialect, ...] = (CHAT, AnthropicMessages(), Responses(), Gemini(), Ollama())
 
 __all__ = ["CHAT", "DEFAULT", "DIALECTS", "Dialect", "models_body"]

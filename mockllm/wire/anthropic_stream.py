@@ -78,10 +78,13 @@ class AnthropicStreamDecoder(StreamDecoder):
             reason = (payload.get("delta") or {}).get("stop_reason")
             if isinstance(reason, str):
                 self._finish = finish_from_wire(reason)
+        elif kind == "message_stop":
+            self.ended = True
         elif kind == "error":
             error = payload.get("error") or {}
             self._finish = FinishReason("error", failure=Failure(message=error.get("message"),
                                                                   code=error.get("code") or error.get("type")))
+            self.ended = True
         return out
 
     def _start(self, wire: int, content: dict[str, Any], out: list[StreamChunk]) -> None:

@@ -53,6 +53,7 @@ class ChatStreamDecoder(StreamDecoder):
 
     def feed(self, event: str | None, data: bytes) -> list[StreamChunk]:
         if data.startswith(b"[DONE]"):
+            self.ended = True
             return []
         payload = msgspec.json.decode(data)
         if not isinstance(payload, dict):
@@ -62,6 +63,7 @@ class ChatStreamDecoder(StreamDecoder):
         if isinstance(error, dict):
             self._finish = FinishReason("error", failure=Failure(message=error.get("message"),
                                                                   code=error.get("code") or error.get("type")))
+            self.ended = True
             return out
         if isinstance(payload.get("usage"), dict):
             self._usage = usage_from_wire(payload["usage"])

@@ -10,7 +10,9 @@ reply cache, conversation routing and templates name no dialect: adding one is a
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -29,6 +31,7 @@ from mockllm.dsh.chunks import (
 )
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Request
+from mockllm.wire.sse_reader import SSEReader
 
 if TYPE_CHECKING:
     from mockllm.wire.render import Reading  # render.py builds on this module
@@ -86,6 +89,31 @@ def closing_chunks(blocks: list[OpenBlock], usage: TokenUsage | None, finish: Fi
 
 SSEEvent = tuple[str | None, bytes]  # an SSE event's name (None: data only) and data
 
+SSE = "text/event-stream; charset=utf-8"
+
+
+class FrameReader(Protocol):
+    """Splits a live streamed body into its events as its bytes arrive (record mode): SSE events,
+    or NDJSON lines as data-only events."""
+
+    def feed(self, piece: bytes) -> list[SSEEvent]: ...
+
+    def close(self) -> list[SSEEvent]: ...
+
+
+# What an info route answers: (the models the scenario's recording called, the request body) -> (status, JSON body).
+InfoAnswer = Callable[[Sequence[str], bytes], tuple[int, bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class InfoRoute:
+    """A route beside a dialect's model route that a client calls for its own checks (Ollama's
+    `/api/tags`): answered from the scenario, never from a script, never journaled."""
+
+    method: str
+    path: str  # under a base root, as `Dialect.routes`
+    answer: InfoAnswer
+
 
 def whole_reply(body: bytes) -> dict[str, Any] | None:
     """A non-streamed answer's JSON object, or None when it is not one."""
@@ -102,6 +130,14 @@ class StreamDecoder(ABC):
     # The upstream's id of the answer being decoded, once seen, where a later request may continue
     # it by id (OpenAI Responses' previous_response_id): a recorder routes such a request by it.
     reply_id: str | None = None
+    # The stream has said it is over (its closing event: chat's `[DONE]`, Anthropic's `message_stop`,
+    # Responses' `response.completed`, or an error event): a client that leaves after this has the
+    # whole answer, and a recorder must not take its leaving for a cancelled call.
+    ended: bool = False
+    # Its answers can be continued by id (`reply_id`, OpenAI Responses): a recorder needs the id the
+    # moment the answer is over, before the request that continues it arrives, so it decodes such a
+    # stream as it forwards it; any other stream it decodes once the answer is over.
+    chains: bool = False
 
     @abstractmethod
     def feed(self, event: str | None, data: bytes) -> list[StreamChunk]:
@@ -113,14 +149,43 @@ class StreamDecoder(ABC):
 
 
 class Dialect(ABC):
-    """One wire API (OpenAI chat completions, Anthropic Messages, OpenAI Responses)."""
+    """One wire API (OpenAI chat completions, Anthropic Messages, OpenAI Responses, Gemini, Ollama).
+
+    Where it is served: `routes`, each under every base root (`http://host:port`,
+    `…/scenarios/{name}`, `…/runs/{run}`): the OpenAI and Anthropic routes sit under `/v1`, Gemini's
+    and Ollama's do not (`/v1beta/models/{model}:…`, `/api/chat`), so routes are relative to the
+    root, not to a `/v1` base. A route may hold path parameters (`{model}`): `decode_routed` reads
+    them. How it streams: `stream_type` is the streamed answer's Content-Type, and the rendered
+    frames carry their own framing (SSE events, NDJSON lines), so the writer only writes bytes.
+    """
 
     name: str  # short and stable: journal records and caches are keyed by it
-    path: str  # the route under a base, e.g. "/chat/completions" under ".../v1"
+    path: str  # the route under a `/v1` base, e.g. "/chat/completions" (what `routes` defaults to)
+    stream_type: str = SSE  # the Content-Type of a streamed answer
+    info_routes: tuple[InfoRoute, ...] = ()  # routes beside the model route (model listings), if any
+
+    @property
+    def routes(self) -> tuple[str, ...]:
+        """The model routes under a base root (POST); path parameters are read by `decode_routed`."""
+        return ("/v1" + self.path,)
+
+    @property
+    def prefixes(self) -> tuple[str, ...]:
+        """Paths under a base root whose unknown neighbours get this dialect's error shape."""
+        return self.routes
 
     @abstractmethod
     def decode_request(self, body: bytes) -> Request:
         """The neutral request; raises RequestError naming what is wrong."""
+
+    def decode_routed(self, body: bytes, params: Mapping[str, str]) -> Request:
+        """The neutral request of a call to one of `routes`, with the route's path parameters
+        (Gemini names the model and whether to stream in the path); by default the body alone."""
+        return self.decode_request(body)
+
+    def frame_reader(self) -> FrameReader:
+        """Splits a live stream of this dialect into events for `stream_decoder()` (record mode)."""
+        return SSEReader()
 
     @abstractmethod
     def reply_id(self, script: int, call: int) -> str:

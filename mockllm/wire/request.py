@@ -86,6 +86,18 @@ class Request:
         return self._decode_tools(self.raw_tools)
 
 
+def system_text(messages: list[Message]) -> str | None:
+    """The system prompt a conversation opens with: its leading system messages (a chat request's,
+    Anthropic's `system`, Responses' `instructions`), their texts joined by newlines; None when it
+    opens with none."""
+    texts = []
+    for message in messages:
+        if message.role != "system":
+            break
+        texts.append(message.text)
+    return "\n".join(texts) if texts else None
+
+
 def messages_after_last_assistant(messages: list[Message]) -> list[Message]:
     for index in range(len(messages) - 1, -1, -1):
         if messages[index].role == "assistant":

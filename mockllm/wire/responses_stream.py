@@ -67,6 +67,8 @@ def _item_text(item: dict[str, Any]) -> str | None:
 
 
 class ResponsesStreamDecoder(StreamDecoder):
+    chains = True  # a later request may continue an answer by its id (previous_response_id)
+
     def __init__(self) -> None:
         self._blocks: list[OpenBlock] = []
         self._by_output: dict[int, OpenBlock] = {}  # output_index -> block
@@ -92,11 +94,13 @@ class ResponsesStreamDecoder(StreamDecoder):
                 block.whole = _item_text(_mapping(payload.get("item")))
         elif kind in ("response.completed", "response.incomplete", "response.failed"):
             self._end(_mapping(payload.get("response")))
+            self.ended = True
         elif kind == "error":
             # OpenAI nests the fields under `error` at run time; its reference puts them at the top.
             error = _mapping(payload.get("error")) or payload
             self._finish = FinishReason("error", failure=Failure(message=error.get("message"),
                                                                   code=error.get("code") or error.get("type")))
+            self.ended = True
         return []
 
     def _added(self, payload: dict[str, Any]) -> list[StreamChunk]:

@@ -1,0 +1,35 @@
+"""Comparing answered requests with the recording off the client's wait: a run queues them and
+reviews them a little later, in a batch (a report drains the queue first)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mockllm.replay.run import Run
+
+log = logging.getLogger("mockllm")
+
+# How long answered requests wait to be compared with the recording: long enough to batch them
+# behind the answers of a burst, short enough that a journal read soon after shows them (a
+# report drains the queue anyway).
+REVIEW_DELAY = 0.005
+
+
+def schedule_review(run: Run) -> None:
+    """Compare `run`'s queued requests REVIEW_DELAY from now, on the running loop; with no loop (a
+    unit test), a report drains the queue when it is read."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    loop.call_later(REVIEW_DELAY, _review, run)
+
+
+def _review(run: Run) -> None:
+    try:
+        run.review_pending()
+    except Exception:  # a comparison bug must not break the loop's callbacks
+        log.exception("comparing run %s's requests with the recording failed", run.id)

@@ -1,0 +1,176 @@
+"""Record modes in the server: what a new run is, given its record mode and whether its scenario has a
+recording; the live calls of the runs that record; their recordings, written when they end.
+
+| record_mode | the scenario has a recording | it has none |
+| --- | --- | --- |
+| `none` | replayed | refused, naming how to record it |
+| `once` | replayed | recorded from scratch |
+| `new_episodes` | replayed; what it cannot serve goes live | recorded from scratch |
+| `rewrite` | recorded from scratch, replaced at the end | recorded from scratch |
+
+Only runs made with `POST /_mockllm/runs` record; a scenario's default run always replays. The
+recording code is record mode's own (`mockllm.record.recording`); this module only connects it
+to runs, and puts a written scenario in the suite, so the next run replays it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from mockllm.errors import ReplayFailure, ScenarioError
+from mockllm.options import ServeOptions
+from mockllm.record.forward import OnFailure
+from mockllm.record.recording import EpisodeRecording, RunRecording, TreeRecording, Upstreams
+from mockllm.record.tree import Caller
+from mockllm.replay.outcome import Live
+from mockllm.replay.report import RecordingReport
+from mockllm.replay.run import Run
+from mockllm.replay.runs import Runs
+from mockllm.scenario.load import Suite, is_scenario, load_scenario, name_problem
+from mockllm.server.mock_errors import mock_error
+from mockllm.wire import DEFAULT
+from mockllm.wire.dialect import Dialect
+from mockllm.wire.request import Request
+
+log = logging.getLogger("mockllm")
+
+
+
+class LiveCalls:
+    def __init__(self, suite: Suite, runs: Runs, options: ServeOptions) -> None:
+        self.suite = suite
+        self.runs = runs
+        self.options = options
+        self.upstreams = Upstreams(options.upstream)
+        self.recordings: dict[str, RunRecording] = {}  # by run id
+        self._client: aiohttp.ClientSession | None = None
+
+    @property
+    def client(self) -> aiohttp.ClientSession:
+        """The upstream client, made on first use (on the server's loop). No read timeout: an answer
+        may stream for as long as the upstream takes."""
+        if self._client is None:
+            self._client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+                                                 auto_decompress=True)
+        return self._client
+
+    def open_run(self, name: str, body: Mapping[str, Any]) -> Run | web.Response:
+        """A new run of scenario `name` as its record mode has it (see the table above), or the error
+        to answer. A bad field is a ValueError naming it."""
+        mode = self.runs.settings(body).record_mode
+        exists = name in self.suite.scenarios
+        if mode == "none" or (mode == "once" and exists):
+            return self._not_loaded(name, mode) or self.runs.create(name, body)
+        problem = self._cannot_record(name, mode)
+        if problem is not None:
+            return mock_error(400, "invalid_request", problem)
+        cwd = self.runs.settings(body).cwd
+        if mode == "new_episodes" and exists:
+            run = self.runs.create(name, body, episodes=True)
+            self.recordings[run.id] = EpisodeRecording(self.suite.scenarios[name], self.upstreams, self.client,
+                                                       _failing(run), cwd)
+            return run
+        folder = self.suite.folder_of(name)
+        run = self.runs.create_recording(name, folder, body)
+        self.recordings[run.id] = TreeRecording(mode, name, folder, self.upstreams, self.client, _failing(run), cwd,
+                                                self.options.all_session_headers)
+        return run
+
+    def _not_loaded(self, name: str, mode: str) -> web.Response | None:
+        if name in self.suite.broken:
+            return mock_error(422, "scenario_invalid", f"scenario {name} failed to load: {self.suite.broken[name]}")
+        if name in self.suite.scenarios:
+            return None
+        known = ", ".join(sorted(self.suite.scenarios)) or "none"
+        return mock_error(404, "unknown_run", (
+            f"unknown scenario {name!r}; loaded scenarios: {known}. It has no recording in {self.suite.path}, and "
+            f"record mode {mode} only replays. Record it: create the run with \"record_mode\": \"once\" on a "
+            f"server given an upstream (mockllm serve {self.suite.path} --upstream URL --record-mode once; in "
+            "pytest, --mockllm-record-mode once --mockllm-upstream URL)"))
+
+    def _cannot_record(self, name: str, mode: str) -> str | None:
+        """Why this server cannot record scenario `name`, or None."""
+        if not self.upstreams:
+            return (f"record_mode {mode} needs an upstream to send live calls to: start the server with --upstream "
+                    "URL (mockllm.Server(upstream=...), pytest --mockllm-upstream URL)")
+        if not self.suite.recordable:
+            return (f"record_mode {mode} writes into a recordings folder, and this server serves "
+                    f"{self.suite.path}, which is not one: serve a suite folder (a new or empty one will do)")
+        if mode == "once" and name in self.suite.broken:
+            return f"scenario {name} has a recording that failed to load: {self.suite.broken[name]}"
+        problem = name_problem(name)
+        if problem is not None:
+            return problem
+        folder = self.suite.folder_of(name)
+        if self.suite.single and folder != self.suite.path:
+            return f"this server serves the one scenario {self.suite.path}; to record {name!r}, serve its suite folder"
+        group = name.partition("/")[0]
+        if "/" in name and is_scenario(self.suite.path / group):
+            return f"scenario name {name!r}: {group} is a scenario itself, and cannot hold another"
+        if folder.exists() and not is_scenario(folder):
+            return f"{folder} exists and is not a scenario: it is not replaced; name another scenario"
+        return None
+
+    async def call(self, request: web.Request, run: Run, dialect: Dialect, neutral: Request, body: bytes,
+                   live: Live) -> web.StreamResponse:
+        """Send a live call to the upstream and stream its answer back, recording it for the run."""
+        recording = self.recordings.get(run.id)
+        if recording is None:  # the run ended while this call was on its way
+            return mock_error(410, "run_ended", f"run {run.id} has ended; its recording takes no more calls",
+                              dialect=dialect)
+        info = request.match_info
+        root = f"/runs/{info['run']}" if "run" in info else f"/scenarios/{info['name']}" if "name" in info else ""
+        path = request.path[len(root):]  # under the base root: `/v1/chat/completions`, `/api/chat`, …
+        if request.query_string:
+            path += "?" + request.query_string
+        return await recording.call(request, path, body, dialect, neutral, live)
+
+    async def end(self, run: Run, discard: str | None = None) -> RecordingReport | None:
+        """The run ended: write its recording (unless `discard` says why not) and serve it from now on."""
+        recording = self.recordings.pop(run.id, None)
+        if recording is None:
+            return None
+
+        def failures() -> str | None:
+            return "; ".join(f.message for f in run.failures.first[:3]) or None
+
+        report = await recording.finish(keep=discard is None, failures=failures, why_not=discard or "")
+        if report.written:
+            self._serve(recording)
+        return report
+
+    def _serve(self, recording: RunRecording) -> None:
+        name = recording.name
+        try:
+            scenario = load_scenario(recording.folder, name=name, side_routes=self.options.side_route_specs)
+        except ScenarioError as exc:
+            log.error("scenario %s was recorded but does not load: %s", name, exc)
+            self.suite.broken[name] = exc
+            return
+        self.suite.broken.pop(name, None)
+        self.runs.add_scenario(scenario)
+        self.runs.catalogs[name].warm(DEFAULT)
+
+    async def close(self) -> None:
+        """The server stops: recordings of runs never ended are not written."""
+        for recording in self.recordings.values():
+            recording.discard()
+        self.recordings.clear()
+        if self._client is not None:
+            await self._client.close()
+
+
+def _failing(run: Run) -> OnFailure:
+    """What a recording tells its run of an upstream failure: one of the run's failures."""
+
+    def failed(caller: Caller, status: int, message: str) -> None:
+        run.fail(ReplayFailure(status if status >= 400 else 502, "upstream_failed", f"run {run.id}: {message}",
+                               caller.session or None, None))
+
+    return failed
+

@@ -1,0 +1,127 @@
+"""Tool calls sent whole: for dialects whose wire has no argument fragments (Gemini, Ollama).
+
+dsh records a tool call as argument fragments (`tool-call-delta`s), as OpenAI and Anthropic stream
+them; Gemini's `functionCall` part and Ollama's `tool_calls` carry the arguments as one object. A
+`WholeCallRender` joins a call's fragments and sends the call once, when its block ends (where a
+provider that sends calls whole sends it: after the model finished writing it), or at the end of
+the call for a block recorded with no `block-end`.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from mockllm.dsh.chunks import Block, BlockEnd, BlockStart, ReasoningDelta, StreamChunk, TextDelta, ToolCallDelta
+from mockllm.wire.dialect import Envelope
+from mockllm.wire.render import CallRender
+
+
+class WholeCall:
+    """One tool call being joined: its recorded block index, its order among the call's tool calls,
+    its identity and its fragments."""
+
+    __slots__ = ("call_id", "index", "name", "ordinal", "parts", "sent")
+
+    def __init__(self, index: int, ordinal: int, call_id: str | None, name: str | None) -> None:
+        self.index = index
+        self.ordinal = ordinal
+        self.call_id = call_id
+        self.name = name
+        self.parts: list[str] = []
+        self.sent = False
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    @property
+    def arguments(self) -> Any:
+        return arguments_object(self.text)
+
+
+def arguments_object(text: str) -> Any:
+    """Recorded arguments as the object these wires carry: empty is `{}`; text that is not JSON (a
+    call cut short when recorded) stays a string, so nothing recorded is lost."""
+    if not text.strip():
+        return {}
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return text
+
+
+class WholeCallRender(CallRender):
+    """A CallRender whose tool calls go out whole: subclasses say how (`send_call`) and call
+    `flush_calls()` before their closing frames."""
+
+    def __init__(self, envelope: Envelope, chunks: Sequence[StreamChunk]) -> None:
+        self._calls: dict[int, WholeCall] = {}  # recorded block index -> call, in call order
+        super().__init__(envelope, chunks)
+
+    def text(self, chunk: TextDelta) -> None:
+        self.text_text(chunk.index, chunk.text)
+
+    def reasoning(self, chunk: ReasoningDelta) -> None:
+        self.reasoning_text(chunk.index, chunk.text)
+
+    def tool_delta(self, chunk: ToolCallDelta) -> None:
+        self._call(chunk.index, chunk.id, chunk.name).parts.append(chunk.argumentsDelta)
+
+    def whole_block(self, start: BlockStart, block: Block) -> None:
+        """A block recorded with no deltas: its content at once (a tool call waits for its end)."""
+        if block.type == "tool-call":
+            arguments = block.arguments if isinstance(block.arguments, str) else msgspec.json.encode(
+                block.arguments).decode()
+            self._call(start.index, block.id, block.name).parts.append(arguments)
+        elif block.type == "reasoning":
+            self.reasoning_text(start.index, block.text or "")
+        elif block.type == "text":
+            self.text_text(start.index, block.text or "")
+
+    def block_end(self, chunk: BlockEnd) -> None:
+        call = self._calls.get(chunk.index)
+        if call is not None and not call.sent:
+            self._send(call)
+
+    def flush_calls(self) -> None:
+        """Send every call whose block never ended, in call order."""
+        for call in self._calls.values():
+            if not call.sent:
+                self._send(call)
+
+    @property
+    def whole_calls(self) -> list[WholeCall]:
+        """Every tool call of the reply, in call order."""
+        return list(self._calls.values())
+
+    def _call(self, index: int, call_id: str | None, name: str | None) -> WholeCall:
+        call = self._calls.get(index)
+        if call is None:
+            call = self._calls[index] = WholeCall(index, len(self._calls), call_id, name)
+        call.call_id = call.call_id or call_id
+        call.name = call.name or name
+        return call
+
+    def _send(self, call: WholeCall) -> None:
+        block = self.ended.get(call.index)  # the block-end fills what the fragments did not say
+        if block is not None:
+            call.call_id = call.call_id or block.id
+            call.name = call.name or block.name
+        call.sent = True
+        self.send_call(call)
+
+    @abstractmethod
+    def text_text(self, index: int, text: str) -> None:
+        """One text delta's frame (`index`: its recorded block)."""
+
+    @abstractmethod
+    def reasoning_text(self, index: int, text: str) -> None:
+        """One reasoning delta's frame (`index`: its recorded block)."""
+
+    @abstractmethod
+    def send_call(self, call: WholeCall) -> None:
+        """One whole tool call's frame."""

@@ -1,0 +1,111 @@
+"""Test helpers for the Ollama dialect: what a client should see for an entry, and what it saw.
+
+The expectation is computed from the recorded chunks alone, spelling out the wire mapping here
+(not by calling the dialect), so a mapping bug fails the comparison. Empty fragments are left out
+on both sides: on Ollama's wire an empty delta is indistinguishable from a line that carries none.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import ollama
+
+from mockllm.dsh.chunks import BlockEnd, BlockStart, FinishChunk, ReasoningDelta, TextDelta, ToolCallDelta, UsageChunk
+from mockllm.script.entries import ChunksEntry, Entry
+
+DONE_REASONS = {"stop": "stop", "tool-calls": "stop", "max-tokens": "length"}
+OPEN: list[ollama.AsyncClient] = []  # closed after each test by its module's fixture (`close_all`)
+
+
+def client(base: str, **options: Any) -> ollama.AsyncClient:
+    """The official client on a mockllm base root (no `/v1`: it appends `/api/chat`)."""
+    assert not base.endswith("/v1"), base
+    sdk = ollama.AsyncClient(host=base, **options)
+    OPEN.append(sdk)
+    return sdk
+
+
+async def close_all() -> None:
+    while OPEN:
+        await OPEN.pop().close()
+
+
+def root(base_url: str) -> str:
+    """A mockllm base URL (ending in /v1) as an Ollama host."""
+    return base_url.removesuffix("/v1")
+
+
+def expected_from_entry(entry: Entry) -> dict[str, Any]:
+    assert isinstance(entry, ChunksEntry)
+    ended = {c.index: c.block for c in entry.chunks if isinstance(c, BlockEnd)}
+    with_deltas = {c.index for c in entry.chunks if isinstance(c, TextDelta | ReasoningDelta | ToolCallDelta)}
+    fragments: list[tuple[str, str]] = []
+    calls: dict[int, dict[str, Any]] = {}
+    counts: dict[str, int | None] = {"prompt_eval_count": None, "eval_count": None}
+    reason = None
+    for chunk in entry.chunks:
+        if isinstance(chunk, TextDelta) and chunk.text:
+            fragments.append(("content", chunk.text))
+        elif isinstance(chunk, ReasoningDelta) and chunk.text:
+            fragments.append(("thinking", chunk.text))
+        elif isinstance(chunk, ToolCallDelta):
+            call = calls.setdefault(chunk.index, {"name": chunk.name, "arguments": ""})
+            call["name"] = call["name"] or chunk.name
+            call["arguments"] += chunk.argumentsDelta
+        elif isinstance(chunk, BlockStart) and chunk.index not in with_deltas and chunk.index in ended:
+            block = ended[chunk.index]
+            if block.type == "tool-call":
+                arguments = block.arguments if isinstance(block.arguments, str) else json.dumps(block.arguments)
+                calls[chunk.index] = {"name": block.name, "arguments": arguments}
+            elif block.text:
+                fragments.append(({"text": "content", "reasoning": "thinking"}[block.type], block.text))
+        elif isinstance(chunk, UsageChunk):
+            u = chunk.usage
+            counts = {"prompt_eval_count": u.inputTokens + (u.cacheReadTokens or 0), "eval_count": u.outputTokens}
+        elif isinstance(chunk, FinishChunk):
+            reason = DONE_REASONS[chunk.reason.kind]
+    for index, call in calls.items():
+        call["name"] = call["name"] or ended[index].name if index in ended else call["name"]
+        call["arguments"] = json.loads(call["arguments"]) if call["arguments"].strip() else {}
+    return {"fragments": fragments,
+            "content": "".join(t for k, t in fragments if k == "content"),
+            "thinking": "".join(t for k, t in fragments if k == "thinking"),
+            "tool_calls": list(calls.values()), "done_reason": reason, **counts}
+
+
+def _calls(message: ollama.Message) -> list[dict[str, Any]]:
+    return [{"name": c.function.name, "arguments": dict(c.function.arguments)} for c in message.tool_calls or ()]
+
+
+async def chat_stream(sdk: ollama.AsyncClient, messages: list[Any], **options: Any) -> dict[str, Any]:
+    """`chat(stream=True)`: the fragments, calls and the final line's fields, as the client parsed them."""
+    fragments: list[tuple[str, str]] = []
+    calls: list[dict[str, Any]] = []
+    last: ollama.ChatResponse | None = None
+    async for part in await sdk.chat(model="m", messages=messages, stream=True, **options):
+        assert last is None or not last.done, "nothing after the done line"
+        if part.message.thinking:
+            fragments.append(("thinking", part.message.thinking))
+        if part.message.content:
+            fragments.append(("content", part.message.content))
+        calls += _calls(part.message)
+        last = part
+    assert last is not None and last.done is True
+    return {"fragments": fragments,
+            "content": "".join(t for k, t in fragments if k == "content"),
+            "thinking": "".join(t for k, t in fragments if k == "thinking"),
+            "tool_calls": calls, "done_reason": last.done_reason,
+            "prompt_eval_count": last.prompt_eval_count, "eval_count": last.eval_count}
+
+
+async def chat_whole(sdk: ollama.AsyncClient, messages: list[Any], **options: Any) -> dict[str, Any]:
+    """`chat(stream=False)`: the same shape; fragments are the whole parts."""
+    answer = await sdk.chat(model="m", messages=messages, stream=False, **options)
+    message = answer.message
+    fragments = [(k, t) for k, t in (("thinking", message.thinking), ("content", message.content)) if t]
+    assert answer.done is True
+    return {"fragments": fragments, "content": message.content or "", "thinking": message.thinking or "",
+            "tool_calls": _calls(message), "done_reason": answer.done_reason,
+            "prompt_eval_count": answer.prompt_eval_count, "eval_count": answer.eval_count}
