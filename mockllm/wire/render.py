@@ -42,7 +42,7 @@ from mockllm.dsh.chunks import (
 )
 from mockllm.script.entries import HANG_CHUNKS, Entry, HangEntry, ThrowEntry, throw_status
 from mockllm.wire.dialect import Envelope
-from mockllm.wire.reply import Frames, Reply
+from mockllm.wire.reply import SSE_END, Frames, Reply
 
 # How a walked call closes, besides its frames: the usage frame sent when the client asks for usage
 # (None where the dialect always carries usage in its frames), the closing frames, and the whole
@@ -147,6 +147,8 @@ class CallRender(ABC):
     # Each chunk type's hook, per dialect (set for every subclass): a step costs a lookup and a call,
     # and nothing where the dialect sends nothing for that chunk.
     _hooks: ClassVar[dict[type, Callable[[Any, Any], None] | None]]
+    # How each of the dialect's events ends: where its joined frames split into events again.
+    event_end: ClassVar[bytes] = SSE_END
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -157,7 +159,7 @@ class CallRender(ABC):
 
     def __init__(self, envelope: Envelope, reading: Reading) -> None:
         self.envelope = envelope
-        self.frames = frames = Frames()
+        self.frames = frames = Frames(self.event_end)
         self.finish = reading.finish
         self.usage = reading.usage
         self.ended = reading.ended

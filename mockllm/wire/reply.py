@@ -15,21 +15,25 @@ Ending = Literal["done", "error", "cut", "hold"]
 AT_START = -1  # produced before any chunk (an envelope: message_start, response.created): sent at once
 AT_END = 1 << 30  # the usage frame and the closing: sent with the last chunk
 
+SSE_END = b"\n\n"  # how an SSE event ends (an NDJSON line ends in b"\n")
+
 
 class Events(Sequence[bytes]):
     """A stream's events held as one joined bytes, as a renderer makes them.
 
     A burst stream is sent joined (`Reply.stream_parts`), so its events are split apart only when
     something asks for them one by one (pacing, a test); making one bytes object per event cost
-    more than anything else in a first render. Each event ends in the only blank line it holds
-    (SSE framing, sse.py: JSON payloads never hold a raw newline), which is where it is split.
+    more than anything else in a first render. Each event ends in the only `end` it holds, which is
+    where it is split: an SSE event in its blank line (sse.py), an NDJSON line in its newline
+    (ndjson.py); JSON payloads never hold a raw newline.
     """
 
-    __slots__ = ("_split", "joined", "length")
+    __slots__ = ("_split", "end", "joined", "length")
 
-    def __init__(self, joined: bytes, count: int) -> None:
+    def __init__(self, joined: bytes, count: int, end: bytes = SSE_END) -> None:
         self.joined = joined
         self.length = count
+        self.end = end
         self._split: tuple[bytes, ...] | None = None
 
     def __len__(self) -> int:
@@ -61,13 +65,14 @@ class Events(Sequence[bytes]):
     def events(self) -> tuple[bytes, ...]:
         """One bytes object per event, split on first use."""
         if self._split is None:
-            self._split = tuple(event + b"\n\n" for event in self.joined.split(b"\n\n")[:-1])
-            assert len(self._split) == self.length, "an event holds a blank line of its own"
+            end = self.end
+            self._split = tuple(event + end for event in self.joined.split(end)[:-1])
+            assert len(self._split) == self.length, "an event holds its end of its own"
         return self._split
 
     def first_and_rest(self) -> tuple[bytes, memoryview]:
         """The first event, and a view of the others (copied once, where they are joined to more)."""
-        cut = self.joined.index(b"\n\n") + 2
+        cut = self.joined.index(self.end) + len(self.end)
         return self.joined[:cut], memoryview(self.joined)[cut:]
 
 
@@ -77,15 +82,17 @@ class Frames:
     A renderer sets `chunk` as it walks an entry's chunks; every `append` records it, and a `run`
     of events records one source per event, the chunks after `chunk`. Frames emitted before the
     walk are AT_START; frames emitted after it (closing blocks, a terminal event) keep the last
-    chunk's index. Pacing sends each frame when its source chunk came.
+    chunk's index. Pacing sends each frame when its source chunk came. `end` is how each event
+    ends (see Events): where the joined frames split into events again.
     """
 
-    __slots__ = ("chunk", "pieces", "sources")
+    __slots__ = ("chunk", "end", "pieces", "sources")
 
-    def __init__(self) -> None:
+    def __init__(self, end: bytes = SSE_END) -> None:
         self.pieces: list[bytes] = []  # single events, or runs of several joined
         self.sources: list[int] = []  # one per event
         self.chunk = AT_START
+        self.end = end
 
     def append(self, frame: bytes) -> None:
         self.pieces.append(frame)
@@ -103,7 +110,7 @@ class Frames:
         self.sources += range(self.chunk + 1, self.chunk + 1 + count)
 
     def events(self) -> Events:
-        return Events(b"".join(self.pieces), len(self.sources))
+        return Events(b"".join(self.pieces), len(self.sources), self.end)
 
 
 class Reply(msgspec.Struct, frozen=True, gc=False):
