@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 import msgspec
@@ -60,6 +61,9 @@ def error_body(message: str, code: str | None, status: int) -> bytes:
     return _encode({"error": f"{code}: {message}", "code": code})
 
 
+# Remembered: strftime cost a third of a first render, and a scenario's replies share a few
+# creation times (one per session).
+@lru_cache(maxsize=256)
 def created_at(created: int) -> str:
     """Ollama's timestamp (RFC 3339, UTC) for a reply's creation time."""
     return datetime.fromtimestamp(created, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -201,8 +205,9 @@ class _OllamaCall(WholeCallRender):
 
     def end(self) -> Ended:
         self.flush_calls()
-        last = self._prefix + b'{"role":"assistant","content":""},' + self._done()[1:]
-        return None, (line(last),), _encode(self.body())
+        done = self._done()[1:]  # its fields, after the message, close the last line and the whole answer
+        last = self._prefix + b'{"role":"assistant","content":""},' + done
+        return None, (line(last),), self._prefix + _encode(self.message()) + b"," + done
 
     def held(self) -> Ended:
         self.flush_calls()
@@ -227,12 +232,12 @@ class _OllamaCall(WholeCallRender):
         done: dict[str, Any] = {"done": True, "done_reason": done_reason(self.finish), **counts(self.usage)}
         return _encode(done)
 
-    def body(self) -> dict[str, Any]:
-        """The non-streaming answer for the same call."""
+    def message(self) -> dict[str, Any]:
+        """The non-streaming answer's message: `{"model","created_at","message",…done}` as the
+        lines' prefix and the last line's fields, around it."""
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self._content)}
         if self._thinking:
             message["thinking"] = "".join(self._thinking)
         if self.whole_calls:
             message["tool_calls"] = [tool_call(c) for c in self.whole_calls]
-        return {"model": self.envelope.model, "created_at": created_at(self.envelope.created), "message": message,
-                **msgspec.json.decode(self._done())}
+        return message
