@@ -138,7 +138,7 @@ class Reply(msgspec.Struct, frozen=True, gc=False):
     body_status: int = 200
     sources: tuple[int, ...] = ()  # per frame, the entry chunk it came from (Frames); () when nothing streams
     # The stream split after its first event, per include_usage, built on first use.
-    _parts: dict[bool, tuple[bytes, bytes]] = msgspec.field(default_factory=dict)
+    _parts: dict[bool, tuple[bytes, bytes | memoryview]] = msgspec.field(default_factory=dict)
 
     # Equal and hashed by what it answers, as the frozen dataclass it was: the `_parts` cache aside,
     # and `frames` as the events they are, joined (Events) or not.
@@ -160,14 +160,20 @@ class Reply(msgspec.Struct, frozen=True, gc=False):
         joined = frames.joined if isinstance(frames, Events) else b"".join(frames)
         return b"".join([joined, *self._after_frames(include_usage)])
 
-    def stream_parts(self, include_usage: bool) -> tuple[bytes, bytes]:
-        """`stream_bytes` split after its first event: (first event, the rest), for two writes."""
+    def stream_parts(self, include_usage: bool) -> tuple[bytes, bytes | memoryview]:
+        """`stream_bytes` split after its first event: (first event, the rest), for two writes.
+
+        Where nothing follows the frames (no usage frame asked for, no closing: OpenAI Responses,
+        Gemini), the rest is a view of the joined frames, not a copy: the copy doubled what a
+        reply holds, and on the request path a first render's fresh memory (page faults) cost
+        more than rendering it."""
         parts = self._parts.get(include_usage)
         if parts is None:
             frames = self.frames
             if isinstance(frames, Events) and frames.length:
                 first, rest = frames.first_and_rest()
-                parts = (first, b"".join([rest, *self._after_frames(include_usage)]))
+                after = self._after_frames(include_usage)
+                parts = (first, b"".join([rest, *after]) if after else rest)
             else:
                 events = self._events(include_usage)
                 parts = (events[0] if events else b"", b"".join(events[1:]))
