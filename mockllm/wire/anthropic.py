@@ -63,7 +63,7 @@ from mockllm.wire.dialect import Dialect, Envelope, SSEEvent, StreamDecoder, who
 from mockllm.wire.render import CallRender, Ended, Reading, Run, read
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Request
-from mockllm.wire.sse import HOLE, NUMBER, joined_run, json_template, named_event, named_pieces, named_template
+from mockllm.wire.sse import HOLE, NUMBER, json_template, named_event, named_pieces, named_template, run_pieces
 
 _encode = msgspec.json.encode
 
@@ -277,7 +277,7 @@ class _MessageCall(CallRender):
         block = self._last
         assert block is not None
         block.parts.append(run.text)
-        self.frames.run(joined_run(block.head, run.values, block.tail), run.count)
+        self.frames.run(run_pieces(block.head, run.values, block.tail), run.count)
 
     def block_start(self, chunk: BlockStart) -> None:
         if chunk.blockType in _WIRE_TYPES:

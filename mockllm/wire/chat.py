@@ -31,7 +31,7 @@ from mockllm.wire.dialect import Dialect, Envelope, SSEEvent, StreamDecoder, who
 from mockllm.wire.render import CallRender, Ended, Reading, Run, read
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Request
-from mockllm.wire.sse import HOLE, data_event, joined_run
+from mockllm.wire.sse import HOLE, data_event, run_pieces
 
 DONE = data_event(b"[DONE]")
 
@@ -154,7 +154,7 @@ class _ChatCall(CallRender):
     def more(self, run: Run) -> None:
         (head, tail), parts = self._run
         parts.append(run.text)
-        self.frames.run(joined_run(head, run.values, tail), run.count)
+        self.frames.run(run_pieces(head, run.values, tail), run.count)
 
     def tool_delta(self, chunk: ToolCallDelta) -> None:
         name = chunk.name

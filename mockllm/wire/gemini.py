@@ -45,7 +45,7 @@ from mockllm.wire.gemini_stream import FINISH_REASONS, GeminiStreamDecoder
 from mockllm.wire.render import Ended, Reading, Run, read
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Request
-from mockllm.wire.sse import HOLE, data_event, joined_run
+from mockllm.wire.sse import HOLE, data_event, run_pieces
 from mockllm.wire.whole_calls import WholeCall, WholeCallRender
 
 _encode = msgspec.json.encode
@@ -189,12 +189,12 @@ class _GeminiCall(WholeCallRender):
     def text_run(self, index: int, run: Run) -> None:
         self._assemble(index, run.text, thought=False)
         head, tail = self._text
-        self.frames.run(joined_run(head, run.values, tail), run.count)
+        self.frames.run(run_pieces(head, run.values, tail), run.count)
 
     def reasoning_run(self, index: int, run: Run) -> None:
         self._assemble(index, run.text, thought=True)
         head, tail = self._thought
-        self.frames.run(joined_run(head, run.values, tail), run.count)
+        self.frames.run(run_pieces(head, run.values, tail), run.count)
 
     def send_call(self, call: WholeCall) -> None:
         part = function_call(call)

@@ -43,7 +43,7 @@ from mockllm.wire.ollama_stream import OllamaStreamDecoder
 from mockllm.wire.render import Ended, Reading, Run, read
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Request
-from mockllm.wire.sse import joined_run
+from mockllm.wire.sse import run_pieces
 from mockllm.wire.whole_calls import WholeCall, WholeCallRender
 
 _encode = msgspec.json.encode
@@ -194,11 +194,11 @@ class _OllamaCall(WholeCallRender):
 
     def text_run(self, index: int, run: Run) -> None:
         self._content.append(run.text)
-        self.frames.run(joined_run(self._prefix + _CONTENT, run.values, self._tail), run.count)
+        self.frames.run(run_pieces(self._prefix + _CONTENT, run.values, self._tail), run.count)
 
     def reasoning_run(self, index: int, run: Run) -> None:
         self._thinking.append(run.text)
-        self.frames.run(joined_run(self._prefix + _THINKING, run.values, self._tail), run.count)
+        self.frames.run(run_pieces(self._prefix + _THINKING, run.values, self._tail), run.count)
 
     def send_call(self, call: WholeCall) -> None:
         self._line({"role": "assistant", "content": "", "tool_calls": [tool_call(call)]})

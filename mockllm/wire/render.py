@@ -56,7 +56,7 @@ _encode = msgspec.json.encode
 class Run(msgspec.Struct, frozen=True, gc=False):
     """The deltas of a step after its first (same type and block): their texts joined, and each
     one's text JSON-encoded, so a dialect makes all their events by joining its templates around
-    them (sse.py's `joined_run`)."""
+    them (sse.py's `run_pieces`)."""
 
     count: int
     text: str

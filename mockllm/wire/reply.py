@@ -89,7 +89,7 @@ class Frames:
     __slots__ = ("chunk", "end", "pieces", "sources")
 
     def __init__(self, end: bytes = SSE_END) -> None:
-        self.pieces: list[bytes] = []  # single events, or runs of several joined
+        self.pieces: list[bytes] = []  # joined, the events: single events, several joined, or a run's pieces
         self.sources: list[int] = []  # one per event
         self.chunk = AT_START
         self.end = end
@@ -103,10 +103,10 @@ class Frames:
         self.pieces.append(events)
         self.sources += [self.chunk] * count
 
-    def run(self, events: bytes, count: int) -> None:
-        """`count` events joined, one for each of the chunks after `chunk`, in order (a run of deltas
-        past its first)."""
-        self.pieces.append(events)
+    def run(self, pieces: list[bytes], count: int) -> None:
+        """`count` events as pieces that joined are those events, one for each of the chunks after
+        `chunk`, in order (a run of deltas past its first): joined with the other frames, once."""
+        self.pieces += pieces
         self.sources += range(self.chunk + 1, self.chunk + 1 + count)
 
     def events(self) -> Events:

@@ -163,9 +163,9 @@ class Item:
         """The delta event numbered `number` carrying `value` (encoded JSON)."""
         return self.head + b"%d" % number + self.middle + value + self.tail
 
-    def run(self, first: int, values: list[bytes]) -> bytes:
-        """The joined delta events numbered from `first`, for `values` (encoded JSON): `head,
-        number, middle, value, tail` each, with one join."""
+    def run(self, first: int, values: list[bytes]) -> list[bytes]:
+        """The delta events numbered from `first`, for `values` (encoded JSON), as the pieces that
+        joined are those events (`Frames.run`): `head, number, middle, value, tail` each."""
         between, end = self.between, first + len(values)
         if len(between) < end:
             tail_head = self.tail + self.head
@@ -175,7 +175,7 @@ class Item:
         parts[0] = self.head + b"%d" % first
         parts[2::3] = values
         parts.append(self.tail)
-        return b"".join(parts)
+        return parts
 
     def opened(self, number: int) -> bytes:
         """A text or reasoning item's opening events, numbered from `number`."""

@@ -46,10 +46,12 @@ def named_pieces(name: str, payload: Any) -> list[bytes]:
     return named_event(name, _encode(payload)).replace(b"\x01", b"\x00").split(b"\x00")
 
 
-def joined_run(head: bytes, values: list[bytes], tail: bytes) -> bytes:
-    """The events `head + value + tail` for each of `values` (encoded JSON), joined: one join, where
-    a bytes object per event cost several times more (a run of deltas is the bulk of every stream)."""
-    return head + (tail + head).join(values) + tail
+def run_pieces(head: bytes, values: list[bytes], tail: bytes) -> list[bytes]:
+    """The events `head + value + tail` for each of `values` (encoded JSON), as pieces that joined
+    are those events: one join, where a bytes object per event cost several times more (a run of
+    deltas is the bulk of every stream). The pieces go into the frames as they are (`Frames.run`):
+    `head + … + tail` copied the whole run twice more before the frames were joined."""
+    return [head, (tail + head).join(values), tail]
 
 
 def _format(event: bytes) -> bytes:
