@@ -23,6 +23,7 @@ from mockllm.scenario.load import load_scenario
 from mockllm.script.entries import ChunksEntry, HangEntry, ThrowEntry
 from mockllm.wire.dialect import Envelope
 from mockllm.wire.gemini import Gemini
+from mockllm.wire.render import read
 from mockllm.wire.sse_reader import SSEReader
 from tests.conftest import http, new_run
 from tests.gemini_client import client, close_all, expected_from_entry, generate, generate_stream, root, whole
@@ -240,7 +241,7 @@ def test_golden_bytes():
         {"type": "usage", "usage": {"inputTokens": 5, "outputTokens": 3, "cacheReadTokens": 2,
                                     "reasoningTokens": 1}},
         {"type": "finish", "reason": {"kind": "tool-calls"}}]}), type=ChunksEntry)
-    reply = GEMINI.render(entry, Envelope("r-1", 0, "m"))
+    reply = GEMINI.render(read(entry), Envelope("r-1", 0, "m"))
     tail = b',"modelVersion":"m","responseId":"r-1"}\n\n'
 
     def event(part: bytes) -> bytes:
@@ -270,7 +271,7 @@ def test_the_decoder_reads_back_every_rendered_corpus_call(scenario_dir):
         for entry in session.entries:
             if not isinstance(entry, ChunksEntry):
                 continue
-            stream = GEMINI.render(entry, Envelope("r", 0, "m")).stream_bytes(True)
+            stream = GEMINI.render(read(entry), Envelope("r", 0, "m")).stream_bytes(True)
             reader, decoder = SSEReader(), GEMINI.stream_decoder()
             chunks = []
             for start in range(0, len(stream), 7):

@@ -24,6 +24,7 @@ from mockllm.script.entries import ChunksEntry, HangEntry, ThrowEntry
 from mockllm.wire.dialect import Envelope
 from mockllm.wire.ndjson import NDJSONReader
 from mockllm.wire.ollama import Ollama
+from mockllm.wire.render import read
 from tests.conftest import http, new_run, run_state
 from tests.logbuilder import (
     CORPUS,
@@ -268,7 +269,7 @@ def test_golden_bytes():
                                                     "arguments": "{\"a\":1}"}},
         {"type": "usage", "usage": {"inputTokens": 5, "outputTokens": 3, "cacheReadTokens": 2}},
         {"type": "finish", "reason": {"kind": "tool-calls"}}]}), type=ChunksEntry)
-    reply = OLLAMA.render(entry, Envelope("r", 0, "m"))
+    reply = OLLAMA.render(read(entry), Envelope("r", 0, "m"))
     head = b'{"model":"m","created_at":"1970-01-01T00:00:00Z","message":'
     assert reply.stream_bytes(True) == (
         head + b'{"role":"assistant","content":"","thinking":"hm"},"done":false}\n'
@@ -293,7 +294,7 @@ def test_the_decoder_reads_back_every_rendered_corpus_call(scenario_dir):
         for entry in session.entries:
             if not isinstance(entry, ChunksEntry):
                 continue
-            stream = OLLAMA.render(entry, Envelope("r", 0, "m")).stream_bytes(True)
+            stream = OLLAMA.render(read(entry), Envelope("r", 0, "m")).stream_bytes(True)
             reader, decoder = NDJSONReader(), OLLAMA.stream_decoder()
             chunks = []
             for start in range(0, len(stream), 7):

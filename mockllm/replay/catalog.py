@@ -16,6 +16,7 @@ from mockllm.script.derive import Timing
 from mockllm.script.entries import FROM_REQUEST, Entry
 from mockllm.script.templates import CWD, resolve_entry
 from mockllm.wire.dialect import Dialect, Envelope
+from mockllm.wire.render import Reading, read
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Request
 
@@ -46,6 +47,7 @@ class Catalog:
         self._models = [self.model] * len(scenario.sessions) + [r.model for r in scenario.side_routes]
         self._placeholders = [[_scan(entry) for entry in entries] for entries in self._scripts]
         self._rendered: dict[str, list[list[_Rendered | None]]] = {}
+        self._readings: list[list[Reading | None]] = [[None] * len(entries) for entries in self._scripts]
 
     def entry(self, script: int, call: int) -> Entry:
         return self._scripts[script][call]
@@ -73,7 +75,7 @@ class Catalog:
             return rendered.reply
         entry = self._scripts[script][call]
         haystack = request.raw_conversation if request is not None else []
-        return dialect.render(resolve_entry(entry, haystack, cwd), rendered.envelope)
+        return dialect.render(read(resolve_entry(entry, haystack, cwd)), rendered.envelope)
 
     def _cached(self, dialect: Dialect, script: int, call: int) -> _Rendered:
         table = self._rendered.get(dialect.name)
@@ -86,9 +88,13 @@ class Catalog:
 
     def _render(self, dialect: Dialect, script: int, call: int) -> _Rendered:
         envelope = Envelope(dialect.reply_id(script, call), self._created[script], self._models[script])
-        entry: Entry = self._scripts[script][call]
-        per_request = self._placeholders[script][call].per_request
-        return _Rendered(envelope, None if per_request else dialect.render(entry, envelope))
+        if self._placeholders[script][call].per_request:
+            return _Rendered(envelope, None)
+        # Read once for every dialect: a call first asked for in another one only takes its events.
+        reading = self._readings[script][call]
+        if reading is None:
+            reading = self._readings[script][call] = read(self._scripts[script][call])
+        return _Rendered(envelope, dialect.render(reading, envelope))
 
 
 def _scan(entry: Entry) -> _Placeholders:

@@ -1,6 +1,14 @@
 """Wire dialects: each turns neutral script entries into one API's bytes, and its requests into
 neutral ones. Registering a dialect is one line here; the server serves every registered one
-under every base address."""
+under every base address.
+
+The seam every dialect shares: `request` (a live request in neutral form), `dialect` (the Dialect
+and StreamDecoder a dialect implements), `render` (how any entry becomes a Reply: the entry read
+once, then walked into one dialect's events), `reply` (the Reply the server writes), `sse` (SSE
+framing and event templates). Each dialect is `<name>` (its events and error bodies),
+`<name>_request` (its requests read) and `<name>_stream` (a live stream decoded back, for record
+mode): chat (OpenAI chat completions), anthropic (Anthropic Messages), responses (OpenAI Responses).
+"""
 
 from __future__ import annotations
 

@@ -41,7 +41,6 @@ Requests are read in `anthropic_request`; a live stream is decoded back into chu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -52,7 +51,6 @@ from mockllm.dsh.chunks import (
     BlockStart,
     FinishChunk,
     ReasoningDelta,
-    StreamChunk,
     TextDelta,
     TokenUsage,
     ToolCallDelta,
@@ -62,10 +60,10 @@ from mockllm.wire import anthropic_stream, render
 from mockllm.wire.anthropic_request import decode_request
 from mockllm.wire.anthropic_stream import AnthropicStreamDecoder
 from mockllm.wire.dialect import Dialect, Envelope, SSEEvent, StreamDecoder, whole_reply
-from mockllm.wire.render import CallRender, Ended
+from mockllm.wire.render import CallRender, Ended, Reading, Run, read
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Request
-from mockllm.wire.sse import named_event
+from mockllm.wire.sse import HOLE, NUMBER, json_template, named_event, named_pieces, named_template, run_pieces
 
 _encode = msgspec.json.encode
 
@@ -155,8 +153,8 @@ class AnthropicMessages(Dialect):
     def reply_id(self, script: int, call: int) -> str:
         return f"msg_mockllm_{script}_{call}"
 
-    def render(self, entry: Entry, envelope: Envelope) -> Reply:
-        return render_entry(entry, envelope)
+    def render(self, reading: Reading, envelope: Envelope) -> Reply:
+        return render.render_entry(_MessageCall, reading, envelope)
 
     def error_body(self, message: str, code: str | None, status: int) -> bytes:
         return error_body(message, code, status)
@@ -171,31 +169,75 @@ class AnthropicMessages(Dialect):
 
 def render_entry(entry: Entry, envelope: Envelope) -> Reply:
     """Answer for one script entry (templates must already be resolved)."""
-    return render.render_entry(_MessageCall, entry, envelope)
+    return render.render_entry(_MessageCall, read(entry), envelope)
 
 
 _WIRE_TYPES = {"text": "text", "reasoning": "thinking", "tool-call": "tool_use"}
 
+# The stream's events, each encoded once (sse.py's templates).
+_MESSAGE_START = named_template("message_start", {"type": "message_start", "message": {
+    "id": HOLE, "type": "message", "role": "assistant", "model": HOLE, "content": [], "stop_reason": None,
+    "stop_sequence": None, "usage": HOLE}})
+_BLOCK_STARTS = {
+    "text": named_template("content_block_start", {"type": "content_block_start", "index": NUMBER,
+                                                   "content_block": {"type": "text", "text": ""}}),
+    "thinking": named_template("content_block_start", {"type": "content_block_start", "index": NUMBER,
+                                                       "content_block": {"type": "thinking", "thinking": "",
+                                                                         "signature": ""}}),
+    "tool_use": named_template("content_block_start", {"type": "content_block_start", "index": NUMBER,
+                                                       "content_block": {"type": "tool_use", "id": HOLE,
+                                                                         "name": HOLE, "input": {}}}),
+}
+_DELTAS = {wire_type: named_pieces("content_block_delta", {"type": "content_block_delta", "index": NUMBER,
+                                                           "delta": {"type": delta_type, field: HOLE}})
+           for wire_type, delta_type, field in (("text", "text_delta", "text"),
+                                                ("thinking", "thinking_delta", "thinking"),
+                                                ("tool_use", "input_json_delta", "partial_json"))}
+_SIGNATURE_DELTA = named_template("content_block_delta", {"type": "content_block_delta", "index": NUMBER,
+                                                          "delta": {"type": "signature_delta", "signature": SIGNATURE}})
+_BLOCK_STOP = named_template("content_block_stop", {"type": "content_block_stop", "index": NUMBER})
+_MESSAGE_DELTA = named_template("message_delta", {"type": "message_delta", "delta": {
+    "stop_reason": HOLE, "stop_sequence": None}, "usage": HOLE})
+# The non-streamed message and its blocks.
+_MESSAGE = json_template({"id": HOLE, "type": "message", "role": "assistant", "model": HOLE, "content": HOLE,
+                          "stop_reason": HOLE, "stop_sequence": None, "usage": HOLE})
+_ASSEMBLED = {"text": json_template({"type": "text", "text": HOLE}),
+              "thinking": json_template({"type": "thinking", "thinking": HOLE, "signature": SIGNATURE}),
+              "tool_use": json_template({"type": "tool_use", "id": HOLE, "name": HOLE, "input": HOLE})}
+
+
+_CUTS: dict[tuple[str, int], tuple[bytes, bytes]] = {}
+
+
+def _delta_cut(wire_type: str, wire: int) -> tuple[bytes, bytes]:
+    """A block's delta events around their delta: the same for every reply, made once."""
+    cut = _CUTS.get((wire_type, wire))
+    if cut is None:
+        head, middle, tail = _DELTAS[wire_type]
+        cut = _CUTS[wire_type, wire] = (head + b"%d" % wire + middle, tail)
+    return cut
+
 
 class _Block:
-    """One content block on the wire: its type, what its deltas assembled, and its tool identity."""
+    """One content block on the wire: its type and index, what its deltas assembled, its tool
+    identity, and its delta events' pieces (the template with its index filled in)."""
 
-    __slots__ = ("call_id", "name", "parts", "type")
+    __slots__ = ("call_id", "head", "name", "parts", "tail", "type", "wire")
 
-    def __init__(self, wire_type: str, call_id: str | None, name: str | None) -> None:
+    def __init__(self, wire_type: str, wire: int, call_id: str | None, name: str | None) -> None:
         self.type = wire_type
+        self.wire = wire
         self.parts: list[str] = []
         self.call_id = call_id
         self.name = name
+        self.head, self.tail = _delta_cut(wire_type, wire)
 
-    def assembled(self) -> dict[str, Any]:
+    def assembled(self) -> bytes:
         """The block in a non-streamed message."""
         joined = "".join(self.parts)
-        if self.type == "thinking":
-            return {"type": "thinking", "thinking": joined, "signature": SIGNATURE}
         if self.type == "tool_use":
-            return {"type": "tool_use", "id": self.call_id, "name": self.name, "input": tool_input(joined)}
-        return {"type": "text", "text": joined}
+            return _ASSEMBLED["tool_use"] % (_encode(self.call_id), _encode(self.name), _encode(tool_input(joined)))
+        return _ASSEMBLED[self.type] % _encode(joined)
 
 
 def tool_input(arguments: str) -> Any:
@@ -211,23 +253,16 @@ def tool_input(arguments: str) -> Any:
 class _MessageCall(CallRender):
     """One call as Messages stream events and its assembled `message`."""
 
-    def opening(self, chunks: Sequence[StreamChunk]) -> None:
-        self.blocks: list[_Block] = []
-        self._wire: dict[int, int] = {}  # recorded block index -> wire index
-        self._open: int | None = None  # the wire index of the block being streamed
-        # A tool call's identity as the client first sees it: its first delta's, gaps filled from its block-end.
-        identity: dict[int, tuple[str | None, str | None]] = {}  # recorded index -> tool (id, name)
-        calls = [(c.index, c.id, c.name) for c in chunks if isinstance(c, ToolCallDelta)]
-        calls += [(i, b.id, b.name) for i, b in self.ended.items() if b.type == "tool-call"]
-        for index, call_id, name in calls:
-            old_id, old_name = identity.get(index, (None, None))
-            identity[index] = (old_id or call_id, old_name or name)
-        self._identity = identity
-        envelope = self.envelope
-        start: dict[str, Any] = {"id": envelope.reply_id, "type": "message", "role": "assistant",
-                                 "model": envelope.model, "content": [], "stop_reason": None, "stop_sequence": None,
-                                 "usage": usage_object(self.usage)}
-        self._event("message_start", {"type": "message_start", "message": start})
+    def opening(self) -> None:
+        self.blocks: list[_Block] = []  # in wire order
+        self._by_index: dict[int, _Block] = {}  # recorded block index -> its wire block
+        self._open: _Block | None = None  # the block being streamed
+        self._last: _Block | None = None  # the last delta's block: what more() goes on with
+        self._identity: dict[int, tuple[str | None, str | None]] | None = None  # made for the first tool call
+        # Encoded once: message_start and the non-streamed message both carry them.
+        self._id, self._model = _encode(self.envelope.reply_id), _encode(self.envelope.model)
+        self._usage = _encode(usage_object(self.usage))
+        self.frames.append(_MESSAGE_START % (self._id, self._model, self._usage))
 
     def text(self, chunk: TextDelta) -> None:
         self._delta(chunk.index, "text", chunk.text)
@@ -237,6 +272,12 @@ class _MessageCall(CallRender):
 
     def tool_delta(self, chunk: ToolCallDelta) -> None:
         self._delta(chunk.index, "tool-call", chunk.argumentsDelta)
+
+    def more(self, run: Run) -> None:
+        block = self._last
+        assert block is not None
+        block.parts.append(run.text)
+        self.frames.run(run_pieces(block.head, run.values, block.tail), run.count)
 
     def block_start(self, chunk: BlockStart) -> None:
         if chunk.blockType in _WIRE_TYPES:
@@ -250,18 +291,18 @@ class _MessageCall(CallRender):
             self._delta(start.index, "tool-call", arguments)
 
     def block_end(self, chunk: BlockEnd) -> None:
-        wire = self._wire.get(chunk.index)
-        if wire is not None and wire == self._open:
-            self._close(wire)
+        block = self._by_index.get(chunk.index)
+        if block is not None and block is self._open:
+            self._close(block)
 
     def end(self) -> Ended:
         """Stop the open block, then `message_delta` (stop reason, output usage); `message_stop` closes."""
         if self._open is not None:
             self._close(self._open)
-        self._event("message_delta", {"type": "message_delta",
-                                      "delta": {"stop_reason": stop_reason(self.finish), "stop_sequence": None},
-                                      "usage": output_usage(self.usage)})
-        return None, (MESSAGE_STOP,), _encode(self.body())
+        stop = _encode(stop_reason(self.finish))
+        self.frames.append(_MESSAGE_DELTA % (stop, _encode(output_usage(self.usage))))
+        content = b"[" + b",".join([block.assembled() for block in self.blocks]) + b"]"
+        return None, (MESSAGE_STOP,), _MESSAGE % (self._id, self._model, content, stop, self._usage)
 
     def error_event(self, entry: ThrowEntry, status: int, body: bytes) -> bytes:
         return named_event("error", body)
@@ -274,55 +315,49 @@ class _MessageCall(CallRender):
     def context_window_body(message: str | None) -> bytes:
         return provider_error(context_window_message(message), 400)
 
-    def _start(self, index: int, kind: str) -> int:
-        wire = self._wire.get(index)
-        if wire is not None:
-            return wire
+    def _tool_identity(self) -> dict[int, tuple[str | None, str | None]]:
+        """Each tool call's identity as the client first sees it: its first delta's, gaps filled
+        from its block-end."""
+        identity: dict[int, tuple[str | None, str | None]] = {}  # recorded index -> tool (id, name)
+        calls = [(c.index, c.id, c.name) for c in self.tool_deltas]
+        calls += [(i, b.id, b.name) for i, b in self.ended.items() if b.type == "tool-call"]
+        for index, call_id, name in calls:
+            old_id, old_name = identity.get(index, (None, None))
+            identity[index] = (old_id or call_id, old_name or name)
+        return identity
+
+    def _start(self, index: int, kind: str) -> _Block:
+        block = self._by_index.get(index)
+        if block is not None:
+            return block
         if self._open is not None:
             self._close(self._open)  # Anthropic streams one block at a time
-        wire = self._wire[index] = len(self.blocks)
+        wire = len(self.blocks)
         wire_type = _WIRE_TYPES[kind]
         if wire_type == "tool_use":
+            if self._identity is None:
+                self._identity = self._tool_identity()
             call_id, name = self._identity.get(index, (None, None))
-            block = _Block(wire_type, call_id or f"toolu_{wire}", name or "")
-            content: dict[str, Any] = {"type": "tool_use", "id": block.call_id, "name": block.name, "input": {}}
-        elif wire_type == "thinking":
-            block = _Block(wire_type, None, None)
-            content = {"type": "thinking", "thinking": "", "signature": ""}
+            block = _Block(wire_type, wire, call_id or f"toolu_{wire}", name or "")
+            start = _BLOCK_STARTS[wire_type] % (wire, _encode(block.call_id), _encode(block.name))
         else:
-            block = _Block(wire_type, None, None)
-            content = {"type": "text", "text": ""}
+            block = _Block(wire_type, wire, None, None)
+            start = _BLOCK_STARTS[wire_type] % wire
         self.blocks.append(block)
-        self._open = wire
-        self._event("content_block_start", {"type": "content_block_start", "index": wire, "content_block": content})
-        return wire
+        self._by_index[index] = block
+        self._open = block
+        self.frames.append(start)
+        return block
 
     def _delta(self, index: int, kind: str, text: str) -> None:
         # A delta with no block-start opens its block; one for a block already stopped (a recording that
         # interleaves blocks) is still sent at its index, so no fragment is lost.
-        wire = self._start(index, kind)
-        block = self.blocks[wire]
+        block = self._last = self._by_index.get(index) or self._start(index, kind)
         block.parts.append(text)
+        self.frames.append(block.head + _encode(text) + block.tail)
+
+    def _close(self, block: _Block) -> None:
         if block.type == "thinking":
-            delta = {"type": "thinking_delta", "thinking": text}
-        elif block.type == "tool_use":
-            delta = {"type": "input_json_delta", "partial_json": text}
-        else:
-            delta = {"type": "text_delta", "text": text}
-        self._event("content_block_delta", {"type": "content_block_delta", "index": wire, "delta": delta})
-
-    def _close(self, wire: int) -> None:
-        if self.blocks[wire].type == "thinking":
-            self._event("content_block_delta", {"type": "content_block_delta", "index": wire,
-                                                "delta": {"type": "signature_delta", "signature": SIGNATURE}})
-        self._event("content_block_stop", {"type": "content_block_stop", "index": wire})
+            self.frames.append(_SIGNATURE_DELTA % block.wire)
+        self.frames.append(_BLOCK_STOP % block.wire)
         self._open = None
-
-    def _event(self, name: str, payload: dict[str, Any]) -> None:
-        self.frames.append(named_event(name, _encode(payload)))
-
-    def body(self) -> dict[str, Any]:
-        """The non-streaming `message` for the same call."""
-        return {"id": self.envelope.reply_id, "type": "message", "role": "assistant", "model": self.envelope.model,
-                "content": [b.assembled() for b in self.blocks], "stop_reason": stop_reason(self.finish),
-                "stop_sequence": None, "usage": usage_object(self.usage)}

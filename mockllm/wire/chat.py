@@ -10,7 +10,6 @@ Requests are read in `chat_request`; a live stream is decoded back into chunks i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -20,7 +19,6 @@ from mockllm.dsh.chunks import (
     BlockStart,
     FinishChunk,
     ReasoningDelta,
-    StreamChunk,
     TextDelta,
     TokenUsage,
     ToolCallDelta,
@@ -30,10 +28,10 @@ from mockllm.wire import chat_stream, render
 from mockllm.wire.chat_request import decode_request
 from mockllm.wire.chat_stream import ChatStreamDecoder
 from mockllm.wire.dialect import Dialect, Envelope, SSEEvent, StreamDecoder, whole_reply
-from mockllm.wire.render import CallRender, Ended
+from mockllm.wire.render import CallRender, Ended, Reading, Run, read
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Request
-from mockllm.wire.sse import data_event
+from mockllm.wire.sse import HOLE, data_event, run_pieces
 
 DONE = data_event(b"[DONE]")
 
@@ -82,8 +80,8 @@ class ChatCompletions(Dialect):
     def reply_id(self, script: int, call: int) -> str:
         return f"chatcmpl-mockllm-{script}-{call}"
 
-    def render(self, entry: Entry, envelope: Envelope) -> Reply:
-        return render_entry(entry, envelope)
+    def render(self, reading: Reading, envelope: Envelope) -> Reply:
+        return render.render_entry(_ChatCall, reading, envelope)
 
     def error_body(self, message: str, code: str | None, status: int) -> bytes:
         return error_body(message, code, status)
@@ -98,7 +96,7 @@ class ChatCompletions(Dialect):
 
 def render_entry(entry: Entry, envelope: Envelope) -> Reply:
     """Answer for one script entry (templates must already be resolved)."""
-    return render.render_entry(_ChatCall, entry, envelope)
+    return render.render_entry(_ChatCall, read(entry), envelope)
 
 
 def finish_reason(finish: FinishChunk) -> str:
@@ -116,10 +114,23 @@ def finish_reason(finish: FinishChunk) -> str:
     return reason.kind.replace("-", "_")
 
 
+class _ToolCall:
+    """A tool call being streamed: its identity, its fragments, and its later fragments' template."""
+
+    __slots__ = ("args", "cut", "id", "name", "ordinal")
+
+    def __init__(self, call_id: str, name: str, ordinal: int, cut: list[bytes]) -> None:
+        self.id = call_id
+        self.name = name
+        self.ordinal = ordinal  # its index among the call's tool calls: the wire's `index`
+        self.args: list[str] = []
+        self.cut = cut
+
+
 class _ChatCall(CallRender):
     """One call as `chat.completion.chunk` events and its assembled `chat.completion`."""
 
-    def opening(self, chunks: Sequence[StreamChunk]) -> None:
+    def opening(self) -> None:
         envelope = self.envelope
         # Every chunk's JSON opens with the same fields: encoded once per reply.
         self._prefix = (
@@ -129,7 +140,10 @@ class _ChatCall(CallRender):
         self._role_sent = False
         self._content: list[str] = []
         self._reasoning: list[str] = []
-        self._tool_calls: dict[int, dict[str, Any]] = {}  # block index -> assembled call, in call order
+        self._tool_calls: dict[int, _ToolCall] = {}  # block index -> assembled call, in call order
+        self._cuts: dict[str, list[bytes]] = {}  # delta field -> its event's template
+        # The last delta's template and where its text is assembled: what more() goes on with.
+        self._run: tuple[list[bytes], list[str]] = ([], [])
 
     def text(self, chunk: TextDelta) -> None:
         self._text(chunk.text)
@@ -137,8 +151,15 @@ class _ChatCall(CallRender):
     def reasoning(self, chunk: ReasoningDelta) -> None:
         self._reasoning_text(chunk.text)
 
+    def more(self, run: Run) -> None:
+        (head, tail), parts = self._run
+        parts.append(run.text)
+        self.frames.run(run_pieces(head, run.values, tail), run.count)
+
     def tool_delta(self, chunk: ToolCallDelta) -> None:
-        name = chunk.name if chunk.name is not None else getattr(self.ended.get(chunk.index), "name", None)
+        name = chunk.name
+        if name is None and chunk.index not in self._tool_calls:  # only a call's first fragment names it
+            name = getattr(self.ended.get(chunk.index), "name", None)
         self._tool_fragment(chunk.index, chunk.id, name, chunk.argumentsDelta)
 
     def finish_chunk(self, chunk: FinishChunk) -> None:
@@ -172,35 +193,51 @@ class _ChatCall(CallRender):
         return error_body(message or "context window exceeded", "context_length_exceeded", 400)
 
     def _text(self, text: str) -> None:
-        self._content.append(text)
-        self._emit({"content": text})
+        self._fragment("content", text, self._content)
 
     def _reasoning_text(self, text: str) -> None:
-        self._reasoning.append(text)
-        self._emit({"reasoning_content": text})
+        self._fragment("reasoning_content", text, self._reasoning)
+
+    def _fragment(self, field: str, text: str, parts: list[str]) -> None:
+        """A text or reasoning delta: after the first chunk (which carries the role), from its template."""
+        parts.append(text)
+        cut = self._cuts.get(field)
+        if cut is None:
+            cut = self._cuts[field] = self._frame({field: HOLE}, None).split(b"\x00")
+        self._run = (cut, parts)
+        if self._role_sent:
+            self.frames.append(cut[0] + _encode(text) + cut[1])
+        else:
+            self._emit({field: text})
 
     def _tool_fragment(self, index: int, call_id: str | None, name: str | None, arguments: str) -> None:
         call = self._tool_calls.get(index)
         if call is None:
             ordinal = len(self._tool_calls)
-            call = self._tool_calls[index] = {"id": call_id or f"call_{ordinal}", "name": name or "", "args": [],
-                                              "ordinal": ordinal}
-            wire = {"index": ordinal, "id": call["id"], "type": "function",
-                    "function": {"name": call["name"], "arguments": arguments}}
+            # Fragments after a call's first carry only its index and their arguments.
+            fragment = {"tool_calls": [{"index": ordinal, "function": {"arguments": HOLE}}]}
+            cut = self._frame(fragment, None).split(b"\x00")
+            call = self._tool_calls[index] = _ToolCall(call_id or f"call_{ordinal}", name or "", ordinal, cut)
+            wire = {"index": ordinal, "id": call.id, "type": "function",
+                    "function": {"name": call.name, "arguments": arguments}}
             delta: dict[str, Any] = {"tool_calls": [wire]}
             if not self._role_sent:
                 delta["content"] = None
+            self._emit(delta)
         else:
-            delta = {"tool_calls": [{"index": call["ordinal"], "function": {"arguments": arguments}}]}
-        call["args"].append(arguments)
-        self._emit(delta)
+            self.frames.append(call.cut[0] + _encode(arguments) + call.cut[1])
+        call.args.append(arguments)
+        self._run = (call.cut, call.args)
 
     def _emit(self, delta: dict[str, Any], finish: str | None = None) -> None:
         if not self._role_sent:
             delta = {"role": "assistant", **delta}
             self._role_sent = True
+        self.frames.append(self._frame(delta, finish))
+
+    def _frame(self, delta: dict[str, Any], finish: str | None) -> bytes:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        self.frames.append(data_event(self._prefix + b'"choices":[' + _encode(choice) + b"]}"))
+        return data_event(self._prefix + b'"choices":[' + _encode(choice) + b"]}")
 
     def usage_frame(self) -> bytes | None:
         if self.usage is None:
@@ -214,7 +251,7 @@ class _ChatCall(CallRender):
             message["reasoning_content"] = "".join(self._reasoning)
         if self._tool_calls:
             message["tool_calls"] = [
-                {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": "".join(c["args"])}}
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": "".join(c.args)}}
                 for c in self._tool_calls.values()
             ]
         elif message["content"] is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -29,14 +29,15 @@ from mockllm.dsh.chunks import (
     ToolCallDelta,
     UsageChunk,
 )
-from mockllm.script.entries import Entry
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Request
 from mockllm.wire.sse_reader import SSEReader
 
+if TYPE_CHECKING:
+    from mockllm.wire.render import Reading  # render.py builds on this module
 
-@dataclass(frozen=True, slots=True)
-class Envelope:
+
+class Envelope(msgspec.Struct, frozen=True, gc=False):
     """What every event of one rendered reply repeats: its id, creation time and model."""
 
     reply_id: str
@@ -191,8 +192,8 @@ class Dialect(ABC):
         """A stable id for the reply to entry `call` of script `script` (the same bytes every run)."""
 
     @abstractmethod
-    def render(self, entry: Entry, envelope: Envelope) -> Reply:
-        """Answer one script entry (templates already resolved)."""
+    def render(self, reading: Reading, envelope: Envelope) -> Reply:
+        """Answer one script entry (templates already resolved), read by `render.read`."""
 
     @abstractmethod
     def error_body(self, message: str, code: str | None, status: int) -> bytes:

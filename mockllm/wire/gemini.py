@@ -31,21 +31,21 @@ Mock-made errors keep Google's shape, the mockllm code heading the message and a
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 
-from mockllm.dsh.chunks import FinishChunk, StreamChunk, TokenUsage
+from mockllm.dsh.chunks import FinishChunk, TokenUsage
 from mockllm.script.entries import Entry, ThrowEntry
 from mockllm.wire import render
 from mockllm.wire.dialect import Dialect, Envelope, SSEEvent, StreamDecoder
 from mockllm.wire.gemini_request import decode_request, decode_routed
 from mockllm.wire.gemini_stream import FINISH_REASONS, GeminiStreamDecoder
-from mockllm.wire.render import Ended
+from mockllm.wire.render import Ended, Reading, Run, read
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Request
-from mockllm.wire.sse import data_event
+from mockllm.wire.sse import HOLE, data_event, run_pieces
 from mockllm.wire.whole_calls import WholeCall, WholeCallRender
 
 _encode = msgspec.json.encode
@@ -137,8 +137,8 @@ class Gemini(Dialect):
     def reply_id(self, script: int, call: int) -> str:
         return f"mockllm-{script}-{call}"
 
-    def render(self, entry: Entry, envelope: Envelope) -> Reply:
-        return render.render_entry(_GeminiCall, entry, envelope)
+    def render(self, reading: Reading, envelope: Envelope) -> Reply:
+        return render.render_entry(_GeminiCall, reading, envelope)
 
     def error_body(self, message: str, code: str | None, status: int) -> bytes:
         return error_body(message, code, status)
@@ -151,26 +151,50 @@ class Gemini(Dialect):
         return [(None, body.strip())] if body.strip().startswith(b"{") else None
 
 
+def render_entry(entry: Entry, envelope: Envelope) -> Reply:
+    """Answer for one script entry (templates must already be resolved)."""
+    return render.render_entry(_GeminiCall, read(entry), envelope)
+
+
 _EVENT_HEAD = b'data: {"candidates":[{"content":{"parts":['
 _EVENT_MIDDLE = b'],"role":"model"},"index":0}]'
+# A text and a thought part around their text, encoded once (sse.py's templates).
+_TEXT_PART = _encode({"text": HOLE}).split(b"\x00")
+_THOUGHT_PART = _encode({"text": HOLE, "thought": True}).split(b"\x00")
 
 
 class _GeminiCall(WholeCallRender):
     """One call as `GenerateContentResponse` SSE events and its whole answer."""
 
-    def opening(self, chunks: Sequence[StreamChunk]) -> None:
+    def opening(self) -> None:
         envelope = self.envelope
         # Every event closes with the same fields: encoded once per reply.
         self._suffix = b',"modelVersion":' + _encode(envelope.model) + b',"responseId":' + _encode(envelope.reply_id)
         self._blocks: dict[int, dict[str, Any]] = {}  # recorded block index -> its whole part, in order
+        # A text and a thought delta's event around its encoded text: what every delta costs is a join.
+        tail = _EVENT_MIDDLE + self._suffix + b"}\n\n"
+        self._text = (_EVENT_HEAD + _TEXT_PART[0], _TEXT_PART[1] + tail)
+        self._thought = (_EVENT_HEAD + _THOUGHT_PART[0], _THOUGHT_PART[1] + tail)
 
     def text_text(self, index: int, text: str) -> None:
         self._assemble(index, text, thought=False)
-        self._event({"text": text})
+        head, tail = self._text
+        self.frames.append(head + _encode(text) + tail)
 
     def reasoning_text(self, index: int, text: str) -> None:
         self._assemble(index, text, thought=True)
-        self._event({"text": text, "thought": True})
+        head, tail = self._thought
+        self.frames.append(head + _encode(text) + tail)
+
+    def text_run(self, index: int, run: Run) -> None:
+        self._assemble(index, run.text, thought=False)
+        head, tail = self._text
+        self.frames.run(run_pieces(head, run.values, tail), run.count)
+
+    def reasoning_run(self, index: int, run: Run) -> None:
+        self._assemble(index, run.text, thought=True)
+        head, tail = self._thought
+        self.frames.run(run_pieces(head, run.values, tail), run.count)
 
     def send_call(self, call: WholeCall) -> None:
         part = function_call(call)

@@ -28,20 +28,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 import msgspec
 
-from mockllm.dsh.chunks import FinishChunk, StreamChunk, TokenUsage
+from mockllm.dsh.chunks import FinishChunk, TokenUsage
 from mockllm.script.entries import Entry, ThrowEntry
 from mockllm.wire import render
 from mockllm.wire.dialect import Dialect, Envelope, FrameReader, InfoRoute, SSEEvent, StreamDecoder
 from mockllm.wire.ndjson import NDJSON, NDJSONReader, line
 from mockllm.wire.ollama_request import decode_request
 from mockllm.wire.ollama_stream import OllamaStreamDecoder
-from mockllm.wire.render import Ended
+from mockllm.wire.render import Ended, Reading, Run, read
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Request
+from mockllm.wire.sse import run_pieces
 from mockllm.wire.whole_calls import WholeCall, WholeCallRender
 
 _encode = msgspec.json.encode
@@ -59,6 +61,9 @@ def error_body(message: str, code: str | None, status: int) -> bytes:
     return _encode({"error": f"{code}: {message}", "code": code})
 
 
+# Remembered: strftime cost a third of a first render, and a scenario's replies share a few
+# creation times (one per session).
+@lru_cache(maxsize=256)
 def created_at(created: int) -> str:
     """Ollama's timestamp (RFC 3339, UTC) for a reply's creation time."""
     return datetime.fromtimestamp(created, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -136,8 +141,8 @@ class Ollama(Dialect):
     def reply_id(self, script: int, call: int) -> str:
         return f"ollama-mockllm-{script}-{call}"  # not on the wire: Ollama answers carry no id
 
-    def render(self, entry: Entry, envelope: Envelope) -> Reply:
-        return render.render_entry(_OllamaCall, entry, envelope)
+    def render(self, reading: Reading, envelope: Envelope) -> Reply:
+        return render.render_entry(_OllamaCall, reading, envelope)
 
     def error_body(self, message: str, code: str | None, status: int) -> bytes:
         return error_body(message, code, status)
@@ -153,32 +158,56 @@ class Ollama(Dialect):
         return [(None, body.strip())] if body.strip().startswith(b"{") else None
 
 
+def render_entry(entry: Entry, envelope: Envelope) -> Reply:
+    """Answer for one script entry (templates must already be resolved)."""
+    return render.render_entry(_OllamaCall, read(entry), envelope)
+
+
+# A line's end after its message, and a text and a thinking delta's message before its text: every
+# delta's line is these around its encoded text (what `_line` makes of the same message).
+_LINE_END = line(b',"done":false}')
+_CONTENT = b'{"role":"assistant","content":'
+_THINKING = b'{"role":"assistant","content":"","thinking":'
+
+
 class _OllamaCall(WholeCallRender):
     """One call as NDJSON lines and its whole answer."""
 
-    def opening(self, chunks: Sequence[StreamChunk]) -> None:
+    event_end = b"\n"  # a line
+
+    def opening(self) -> None:
         envelope = self.envelope
         # Every line opens with the same fields: encoded once per reply.
         self._prefix = (b'{"model":' + _encode(envelope.model) + b',"created_at":'
                         + _encode(created_at(envelope.created)) + b',"message":')
         self._content: list[str] = []
         self._thinking: list[str] = []
+        self._tail = b"}" + _LINE_END
 
     def text_text(self, index: int, text: str) -> None:
         self._content.append(text)
-        self._line({"role": "assistant", "content": text})
+        self.frames.append(self._prefix + _CONTENT + _encode(text) + self._tail)
 
     def reasoning_text(self, index: int, text: str) -> None:
         self._thinking.append(text)
-        self._line({"role": "assistant", "content": "", "thinking": text})
+        self.frames.append(self._prefix + _THINKING + _encode(text) + self._tail)
+
+    def text_run(self, index: int, run: Run) -> None:
+        self._content.append(run.text)
+        self.frames.run(run_pieces(self._prefix + _CONTENT, run.values, self._tail), run.count)
+
+    def reasoning_run(self, index: int, run: Run) -> None:
+        self._thinking.append(run.text)
+        self.frames.run(run_pieces(self._prefix + _THINKING, run.values, self._tail), run.count)
 
     def send_call(self, call: WholeCall) -> None:
         self._line({"role": "assistant", "content": "", "tool_calls": [tool_call(call)]})
 
     def end(self) -> Ended:
         self.flush_calls()
-        last = self._prefix + b'{"role":"assistant","content":""},' + self._done()[1:]
-        return None, (line(last),), _encode(self.body())
+        done = self._done()[1:]  # its fields, after the message, close the last line and the whole answer
+        last = self._prefix + b'{"role":"assistant","content":""},' + done
+        return None, (line(last),), self._prefix + _encode(self.message()) + b"," + done
 
     def held(self) -> Ended:
         self.flush_calls()
@@ -196,19 +225,19 @@ class _OllamaCall(WholeCallRender):
         return provider_error(message or "the input exceeds the context window")
 
     def _line(self, message: dict[str, Any]) -> None:
-        self.frames.append(line(self._prefix + _encode(message) + b',"done":false}'))
+        self.frames.append(self._prefix + _encode(message) + _LINE_END)
 
     def _done(self) -> bytes:
         """`{"done":true,"done_reason":…,counts}`: the last line's tail and the whole answer's."""
         done: dict[str, Any] = {"done": True, "done_reason": done_reason(self.finish), **counts(self.usage)}
         return _encode(done)
 
-    def body(self) -> dict[str, Any]:
-        """The non-streaming answer for the same call."""
+    def message(self) -> dict[str, Any]:
+        """The non-streaming answer's message: `{"model","created_at","message",…done}` as the
+        lines' prefix and the last line's fields, around it."""
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self._content)}
         if self._thinking:
             message["thinking"] = "".join(self._thinking)
         if self.whole_calls:
             message["tool_calls"] = [tool_call(c) for c in self.whole_calls]
-        return {"model": self.envelope.model, "created_at": created_at(self.envelope.created), "message": message,
-                **msgspec.json.decode(self._done())}
+        return message

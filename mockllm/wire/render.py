@@ -10,15 +10,23 @@ What an entry becomes is decided here, once for all dialects:
 - an `aborted` finish streams the chunks and holds, as the live client cancelled;
 - any other call streams its chunks, ends, and closes.
 
-A dialect says only what its events are: a `CallRender` subclass turns each kind of chunk into its
-frames and shapes its error bodies. The walk over the chunks is shared, so every dialect reads a
-recorded call the same way (which finish and usage count, which blocks had no deltas).
+Rendering is two steps. `Reading` reads an entry once, the same for every dialect: which finish
+and usage count, which blocks had no deltas, and its runs of deltas with their texts already
+JSON-encoded. A `CallRender` subclass then walks a reading into one dialect's events: a dialect
+says only what its events are (its frames for a text, reasoning or tool-call delta, a block's
+start and end, the envelope, the finish, its error event and bodies). The catalog keeps each
+entry's reading, so a call first asked for in another dialect is only spliced into that
+dialect's templates: a call is rendered on the request path the first time it is asked for in a
+dialect, and there the work per delta is what counts.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Literal, cast
+
+import msgspec
 
 from mockllm.dsh.chunks import (
     Block,
@@ -34,75 +42,151 @@ from mockllm.dsh.chunks import (
 )
 from mockllm.script.entries import HANG_CHUNKS, Entry, HangEntry, ThrowEntry, throw_status
 from mockllm.wire.dialect import Envelope
-from mockllm.wire.reply import Frames, Reply
+from mockllm.wire.reply import SSE_END, Frames, Reply
 
 # How a walked call closes, besides its frames: the usage frame sent when the client asks for usage
 # (None where the dialect always carries usage in its frames), the closing frames, and the whole
 # answer for a client that did not stream.
 Ended = tuple[bytes | None, tuple[bytes, ...], bytes]
 
+_DELTAS = (TextDelta, ReasoningDelta, ToolCallDelta)
+_encode = msgspec.json.encode
 
-class CallRender(ABC):
-    """One call's chunks walked once into one dialect's frames and its whole answer.
 
-    Before the walk the whole call is read once, since several wire shapes need what comes later
-    (Anthropic's `message_start` carries the usage; a block with no deltas is sent at its start):
-    `finish` and `usage` (the last of each), `ended` (each block's recorded `block-end`) and
-    `last_delta` (each block's last delta's position). Then `opening()` emits the envelope's
-    first events, and each chunk goes to the hook for its type with `frames.chunk` set to its
-    position, so pacing sends every frame when the chunk it came from was recorded.
+class Run(msgspec.Struct, frozen=True, gc=False):
+    """The deltas of a step after its first (same type and block): their texts joined, and each
+    one's text JSON-encoded, so a dialect makes all their events by joining its templates around
+    them (sse.py's `run_pieces`)."""
+
+    count: int
+    text: str
+    values: list[bytes]
+
+
+# One step of the walk: where a run of deltas of one type and block starts, or any other chunk but
+# usage (no dialect sends it where it was recorded), and for a run of more than one delta, the rest.
+Step = tuple[int, Run | None]
+
+
+class Reading:
+    """An entry's chunks read once, the same for every dialect.
+
+    Several wire shapes need what comes later in a call (Anthropic's `message_start` carries the
+    usage; a block with no deltas is sent at its start), so the whole call is read before any
+    dialect walks it: `finish` and `usage` (the last of each), `ended` (each block's recorded
+    `block-end`, the last one of a block), `last_delta` (each block's last delta's position),
+    `tool_deltas`, and the `steps` to walk.
     """
 
-    def __init__(self, envelope: Envelope, chunks: Sequence[StreamChunk]) -> None:
+    __slots__ = ("chunks", "ended", "entry", "finish", "kind", "last_delta", "steps", "tool_deltas", "usage")
+
+    def __init__(self, entry: Entry) -> None:
+        self.entry = entry
+        self.kind: Literal["chunks", "throw", "hang"]
+        self.chunks: Sequence[StreamChunk]
+        if isinstance(entry, HangEntry):
+            self.kind, self.chunks = "hang", HANG_CHUNKS
+        else:
+            self.kind, self.chunks = ("throw" if isinstance(entry, ThrowEntry) else "chunks"), entry.chunks
+        self.finish: FinishChunk | None = None
+        self.usage: TokenUsage | None = None
+        self.ended: dict[int, Block] = {}
+        self.last_delta: dict[int, int] = {}
+        self.tool_deltas: list[ToolCallDelta] = []
+        self.steps: list[Step] = []
+        run: type | None = None  # the type of the run of deltas being read
+        run_index = start = 0
+        position = -1
+        for chunk in self.chunks:
+            position += 1
+            kind = type(chunk)
+            # The bulk of any call, kept to a test and a compare: only deltas have the type of a run.
+            if kind is run and chunk.index == run_index:  # type: ignore[union-attr]
+                continue
+            if run is not None:
+                self._end_run(start, position, run_index)
+                run = None
+            if isinstance(chunk, _DELTAS):
+                run, run_index, start = kind, chunk.index, position
+                continue
+            if isinstance(chunk, UsageChunk):
+                self.usage = chunk.usage
+                continue
+            self.steps.append((position, None))
+            if isinstance(chunk, BlockEnd):
+                self.ended[chunk.index] = chunk.block
+            elif isinstance(chunk, FinishChunk):
+                self.finish = chunk
+        if run is not None:
+            self._end_run(start, len(self.chunks), run_index)
+
+    def _end_run(self, start: int, end: int, index: int) -> None:
+        self.last_delta[index] = end - 1
+        first = self.chunks[start]
+        rest = None
+        if isinstance(first, ToolCallDelta):
+            calls = cast("list[ToolCallDelta]", self.chunks[start:end])
+            self.tool_deltas += calls
+            if end - start > 1:
+                texts = [c.argumentsDelta for c in calls[1:]]
+                rest = Run(len(texts), "".join(texts), list(map(_encode, texts)))
+        elif end - start > 1:
+            texts = [c.text for c in cast("list[TextDelta]", self.chunks[start + 1 : end])]
+            rest = Run(len(texts), "".join(texts), list(map(_encode, texts)))
+        self.steps.append((start, rest))
+
+
+class CallRender(ABC):
+    """One call, read, walked once into one dialect's frames and its whole answer.
+
+    `opening()` emits the envelope's first events; then each step goes to the hook for its chunk's
+    type with `frames.chunk` set to its position, so pacing sends every frame when the chunk it
+    came from was recorded, and a run's further deltas go to `more()` at once.
+    """
+
+    # Each chunk type's hook, per dialect (set for every subclass): a step costs a lookup and a call,
+    # and nothing where the dialect sends nothing for that chunk.
+    _hooks: ClassVar[dict[type, Callable[[Any, Any], None] | None]]
+    # How each of the dialect's events ends: where its joined frames split into events again.
+    event_end: ClassVar[bytes] = SSE_END
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        block_end = None if cls.block_end is CallRender.block_end else cls.block_end
+        finish = None if cls.finish_chunk is CallRender.finish_chunk else cls.finish_chunk
+        cls._hooks = {TextDelta: cls.text, ReasoningDelta: cls.reasoning, ToolCallDelta: cls.tool_delta,
+                      BlockStart: cls._block_started, BlockEnd: block_end, FinishChunk: finish}
+
+    def __init__(self, envelope: Envelope, reading: Reading) -> None:
         self.envelope = envelope
-        self.frames = Frames()
-        finish: FinishChunk | None = None
-        usage: TokenUsage | None = None
-        ended: dict[int, Block] = {}
-        last_delta: dict[int, int] = {}
-        for position, chunk in enumerate(chunks):
-            if isinstance(chunk, TextDelta | ReasoningDelta | ToolCallDelta):
-                last_delta[chunk.index] = position
-            elif isinstance(chunk, BlockEnd):
-                ended[chunk.index] = chunk.block
-            elif isinstance(chunk, UsageChunk):
-                usage = chunk.usage
-            elif isinstance(chunk, FinishChunk):
-                finish = chunk
-        self.finish = finish
-        self.usage = usage
-        self.ended = ended
-        self.last_delta = last_delta
-        self.opening(chunks)
-        self._walk(chunks)
+        self.frames = frames = Frames(self.event_end)
+        self.finish = reading.finish
+        self.usage = reading.usage
+        self.ended = reading.ended
+        self.last_delta = reading.last_delta
+        self.tool_deltas = reading.tool_deltas
+        self.opening()
+        chunks, hooks = reading.chunks, self._hooks
+        for start, rest in reading.steps:
+            chunk = chunks[start]
+            frames.chunk = start
+            hook = hooks[type(chunk)]
+            if hook is not None:
+                hook(self, chunk)
+            if rest is not None:
+                self.more(rest)
+        if chunks:
+            frames.chunk = len(chunks) - 1  # what end() adds keeps the last chunk's: it goes out with it
 
-    def _walk(self, chunks: Sequence[StreamChunk]) -> None:
-        frames, ended, last_delta = self.frames, self.ended, self.last_delta
-        for position, chunk in enumerate(chunks):
-            frames.chunk = position  # what end() adds keeps the last chunk's: it goes out with it
-            if isinstance(chunk, TextDelta):
-                self.text(chunk)
-            elif isinstance(chunk, ReasoningDelta):
-                self.reasoning(chunk)
-            elif isinstance(chunk, ToolCallDelta):
-                self.tool_delta(chunk)
-            elif isinstance(chunk, BlockStart):
-                self.block_start(chunk)
-                if chunk.index not in last_delta and chunk.index in ended:
-                    # A block recorded with no deltas still reaches the client, as one delta of its content.
-                    self.whole_block(chunk, ended[chunk.index])
-            elif isinstance(chunk, BlockEnd):
-                self.block_end(chunk)
-            elif isinstance(chunk, FinishChunk):
-                self.finish_chunk(chunk)
-
-    @property
-    def sources(self) -> tuple[int, ...]:
-        return tuple(self.frames.sources)
+    def _block_started(self, chunk: BlockStart) -> None:
+        self.block_start(chunk)
+        if chunk.index not in self.last_delta and chunk.index in self.ended:
+            # A block recorded with no deltas still reaches the client, as one delta of its content.
+            self.whole_block(chunk, self.ended[chunk.index])
 
     # -- what a dialect says: its events --------------------------------------------------------
 
-    def opening(self, chunks: Sequence[StreamChunk]) -> None:
+    def opening(self) -> None:
         """The envelope's events before any chunk (sent at once when paced); none by default."""
         return None
 
@@ -114,6 +198,10 @@ class CallRender(ABC):
 
     @abstractmethod
     def tool_delta(self, chunk: ToolCallDelta) -> None: ...
+
+    @abstractmethod
+    def more(self, run: Run) -> None:
+        """The deltas right after the last one, of its type and block: one frame each (`frames.run`)."""
 
     def block_start(self, chunk: BlockStart) -> None:
         """A recorded block starts; dialects without blocks on the wire send nothing."""
@@ -154,30 +242,41 @@ class CallRender(ABC):
         """The HTTP 400 body of a call that overflowed its context window."""
 
 
-def render_entry(call: type[CallRender], entry: Entry, envelope: Envelope) -> Reply:
-    """Answer one script entry (templates already resolved) with `call`'s events."""
-    if isinstance(entry, HangEntry):
-        hang = call(envelope, HANG_CHUNKS)
-        return Reply(200, tuple(hang.frames), None, "hold", (), b"", hold_when_not_streaming=True,
-                     sources=hang.sources)
+def render_entry(call: type[CallRender], reading: Reading, envelope: Envelope) -> Reply:
+    """Answer one read script entry (templates already resolved) with `call`'s events."""
+    entry = reading.entry
+    if reading.kind == "hang":
+        frames = call(envelope, reading).frames
+        return Reply(200, frames.events(), None, "hold", (), b"", hold_when_not_streaming=True,
+                     sources=tuple(frames.sources))
     if isinstance(entry, ThrowEntry):
         status = throw_status(entry.code, entry.status)
         body = call.throw_body(entry.message, entry.code, status)
         if not entry.chunks:
             return Reply(status, (), None, "error", (), body, body_status=status)
-        stream = call(envelope, entry.chunks)
-        frames, sources = tuple(stream.frames), stream.sources
+        stream = call(envelope, reading)
+        events, sources = stream.frames.events(), tuple(stream.frames.sources)
         if entry.code == "STREAM_CLOSED":
-            return Reply(200, frames, None, "cut", (), body, body_status=status, sources=sources)
-        return Reply(200, frames, None, "error", (stream.error_event(entry, status, body),), body,
+            return Reply(200, events, None, "cut", (), body, body_status=status, sources=sources)
+        return Reply(200, events, None, "error", (stream.error_event(entry, status, body),), body,
                      body_status=status, sources=sources)
-    stream = call(envelope, entry.chunks)
-    reason = stream.finish.reason if stream.finish is not None else None
+    reason = reading.finish.reason if reading.finish is not None else None
     if reason is not None and reason.kind == "error" and reason.error_code == "CONTEXT_WINDOW_EXCEEDED":
         return Reply(400, (), None, "done", (), call.context_window_body(reason.error_message), body_status=400)
+    stream = call(envelope, reading)
     if reason is not None and reason.kind == "aborted":
         usage_frame, closing, body = stream.held()
-        return Reply(200, tuple(stream.frames), usage_frame, "hold", closing, body, hold_when_not_streaming=True,
-                     sources=stream.sources)
-    usage_frame, closing, body = stream.end()
-    return Reply(200, tuple(stream.frames), usage_frame, "done", closing, body, sources=stream.sources)
+        ending: Literal["hold", "done"] = "hold"
+    else:
+        usage_frame, closing, body = stream.end()
+        ending = "done"
+    return Reply(200, stream.frames.events(), usage_frame, ending, closing, body,
+                 hold_when_not_streaming=ending == "hold", sources=tuple(stream.frames.sources))
+
+
+_HANG = Reading(HangEntry())  # the same for every hang (readyFile is the server's business)
+
+
+def read(entry: Entry) -> Reading:
+    """`entry` read for any dialect's render (`Dialect.render`); keep it to render it again."""
+    return _HANG if isinstance(entry, HangEntry) else Reading(entry)

@@ -10,14 +10,13 @@ the call for a block recorded with no `block-end`.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
-from mockllm.dsh.chunks import Block, BlockEnd, BlockStart, ReasoningDelta, StreamChunk, TextDelta, ToolCallDelta
+from mockllm.dsh.chunks import Block, BlockEnd, BlockStart, ReasoningDelta, TextDelta, ToolCallDelta
 from mockllm.wire.dialect import Envelope
-from mockllm.wire.render import CallRender
+from mockllm.wire.render import CallRender, Reading, Run
 
 
 class WholeCall:
@@ -56,20 +55,43 @@ def arguments_object(text: str) -> Any:
 
 class WholeCallRender(CallRender):
     """A CallRender whose tool calls go out whole: subclasses say how (`send_call`) and call
-    `flush_calls()` before their closing frames."""
+    `flush_calls()` before their closing frames. A run of text or reasoning deltas after its first
+    goes to `text_run` / `reasoning_run`, one frame a delta; a run of a tool call's fragments only
+    adds to the call."""
 
-    def __init__(self, envelope: Envelope, chunks: Sequence[StreamChunk]) -> None:
+    def __init__(self, envelope: Envelope, reading: Reading) -> None:
         self._calls: dict[int, WholeCall] = {}  # recorded block index -> call, in call order
-        super().__init__(envelope, chunks)
+        self._chunks = reading.chunks  # a tool run's fragments may name the call its first did not
+        self._last: TextDelta | ReasoningDelta | ToolCallDelta | None = None  # what more() goes on with
+        super().__init__(envelope, reading)
 
     def text(self, chunk: TextDelta) -> None:
+        self._last = chunk
         self.text_text(chunk.index, chunk.text)
 
     def reasoning(self, chunk: ReasoningDelta) -> None:
+        self._last = chunk
         self.reasoning_text(chunk.index, chunk.text)
 
     def tool_delta(self, chunk: ToolCallDelta) -> None:
+        self._last = chunk
         self._call(chunk.index, chunk.id, chunk.name).parts.append(chunk.argumentsDelta)
+
+    def more(self, run: Run) -> None:
+        last = self._last
+        if isinstance(last, TextDelta):
+            self.text_run(last.index, run)
+        elif isinstance(last, ReasoningDelta):
+            self.reasoning_run(last.index, run)
+        else:
+            assert last is not None
+            call = self._calls[last.index]
+            call.parts.append(run.text)
+            if not (call.call_id and call.name):  # else no later fragment changes who it is
+                start = self.frames.chunk + 1
+                for chunk in cast("list[ToolCallDelta]", self._chunks[start : start + run.count]):
+                    call.call_id = call.call_id or chunk.id
+                    call.name = call.name or chunk.name
 
     def whole_block(self, start: BlockStart, block: Block) -> None:
         """A block recorded with no deltas: its content at once (a tool call waits for its end)."""
@@ -121,6 +143,14 @@ class WholeCallRender(CallRender):
     @abstractmethod
     def reasoning_text(self, index: int, text: str) -> None:
         """One reasoning delta's frame (`index`: its recorded block)."""
+
+    @abstractmethod
+    def text_run(self, index: int, run: Run) -> None:
+        """The frames of a run of text deltas after the one `text_text` sent (`frames.run`)."""
+
+    @abstractmethod
+    def reasoning_run(self, index: int, run: Run) -> None:
+        """The frames of a run of reasoning deltas after the one `reasoning_text` sent."""
 
     @abstractmethod
     def send_call(self, call: WholeCall) -> None:
