@@ -11,7 +11,8 @@ process: a naive aiohttp forwarder (the floor any proxy pays: it forwards and ke
 `mockllm serve --upstream` whose run records in record mode `rewrite` (its recording is written
 when the run ends, timed separately). A plain aiohttp client makes the calls one after another;
 the phases take turns in `--rounds` rounds (so a machine whose load drifts treats them alike),
-each on a run of its own; a warm-up precedes each phase.
+each on a run of its own; a warm-up precedes each phase, and each ends when its processes are idle
+again (`mockllm record` records a call after answering it: that work is its phase's, not the next).
 
 Reported per call: time to first byte (p50, p90) and to the last byte, and the CPU time (user +
 system, from /proc) the upstream and each proxy spent. Ratios and added milliseconds are against
@@ -103,6 +104,17 @@ async def one_call(http: aiohttp.ClientSession, url: str, n: int, headers: dict[
     return (first or end) - t0, end - t0
 
 
+async def idle(pids: list[int], quiet_ms: float = 2.0, every: float = 0.05) -> None:
+    """Wait until the processes `pids` spend under `quiet_ms` of CPU in `every` seconds (10 s at most)."""
+    last = sum(proc_cpu_seconds(p) for p in pids)
+    for _ in range(int(10 / every)):
+        await asyncio.sleep(every)
+        now = sum(proc_cpu_seconds(p) for p in pids)
+        if (now - last) * 1000 < quiet_ms:
+            return
+        last = now
+
+
 class Phase:
     """One way of making the calls: its URL, the processes whose CPU it costs, what it measured."""
 
@@ -120,6 +132,9 @@ class Phase:
         for _ in range(calls):
             self.results.append(await one_call(http, self.url, self.calls, headers))
             self.calls += 1
+        # `mockllm record` records each call after answering it: its work goes on after the last
+        # answer. Wait for it, so that it is counted here and does not slow the next phase's calls.
+        await idle(self.pids)
         for k, (a, b) in enumerate(zip(cpu0, [proc_cpu_seconds(p) for p in self.pids], strict=True)):
             self.cpu[k] += b - a
 
