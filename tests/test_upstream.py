@@ -171,3 +171,18 @@ async def test_a_url_that_is_not_http_fails_when_its_answer_is_awaited() -> None
     with pytest.raises(UpstreamError, match="not an http"):
         await exchange.answer()
     exchange.close()
+
+
+async def test_an_exchange_closed_before_its_answer_drops_its_connection_quietly(
+        caplog: pytest.LogCaptureFixture) -> None:
+    async with raw_server([CHUNKED] * 3) as (base, _):
+        upstream = Upstream()
+        await fetch(upstream, base + "/one")
+        exchange = upstream.start("POST", base + "/begun-for-nothing", [], b"{}")
+        assert exchange.sent
+        exchange.close()  # as the server does when the call it was begun for is refused
+        await asyncio.sleep(0.05)
+        assert not upstream._open
+        assert (await fetch(upstream, base + "/next"))[0] == 200  # on a new connection
+        await upstream.close()
+    assert "never retrieved" not in caplog.text

@@ -144,7 +144,7 @@ class Exchange:
         try:
             return await self._connection.head()
         except _Stale:
-            # The upstream closed an idle connection as the request went out: it saw nothing of it.
+            # The upstream closed an idle connection as the request went out, and answered nothing.
             self._connection = await self.upstream._connect(self.origin)
             self._connection.send(self.request, self.head_only)
             return await self._connection.head()
@@ -283,8 +283,10 @@ class _Connection(asyncio.Protocol):
     def finish(self) -> None:
         if self._state == _DONE and self._keep_alive and self.usable:
             self.upstream._release(self)
-        else:
-            self.drop()
+            return
+        if self._head is not None and not self._head.done():
+            self._head.cancel()  # nobody will await it: no "exception never retrieved" when it fails
+        self.drop()
 
     def drop(self) -> None:
         self._closed = True
