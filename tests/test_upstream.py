@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import ssl
+import subprocess
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 
@@ -186,3 +189,33 @@ async def test_an_exchange_closed_before_its_answer_drops_its_connection_quietly
         assert (await fetch(upstream, base + "/next"))[0] == 200  # on a new connection
         await upstream.close()
     assert "never retrieved" not in caplog.text
+
+
+async def test_an_https_upstream_is_read_over_tls_and_its_connection_kept(tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.load_cert_chain(cert, key)
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for _ in range(2):
+            head = await reader.readuntil(b"\r\n\r\n")
+            await reader.readexactly(int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0]))
+            writer.write(CHUNKED)
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=served)
+    port = server.sockets[0].getsockname()[1]
+    upstream = Upstream(ssl_context=ssl.create_default_context(cafile=str(cert)))
+    try:
+        for _ in range(2):
+            status, _, _, body = await fetch(upstream, f"https://127.0.0.1:{port}/v1/chat/completions")
+            assert (status, body) == (200, CHUNKED_BODY)
+        assert len(upstream._open) == 1  # the second request went on the first's TLS connection
+    finally:
+        await upstream.close()
+        server.close()
+        await server.wait_closed()

@@ -52,11 +52,12 @@ Origin = tuple[str, str, int]  # (scheme, host, port)
 class Upstream:
     """A pool of connections, by origin. `start` begins a request; `close` drops every connection."""
 
-    def __init__(self, connect_seconds: float = CONNECT_SECONDS) -> None:
+    def __init__(self, connect_seconds: float = CONNECT_SECONDS, ssl_context: ssl.SSLContext | None = None) -> None:
+        """`ssl_context`: for https upstreams; the system's default one when None."""
         self.connect_seconds = connect_seconds
         self._idle: dict[Origin, deque[_Connection]] = {}
         self._open: set[_Connection] = set()
-        self._ssl: ssl.SSLContext | None = None
+        self._ssl = ssl_context
 
     def start(self, method: str, url: str, headers: Iterable[tuple[bytes, bytes]], body: bytes) -> Exchange:
         """Begin `method url` with `headers` (the client's, hop-by-hop ones already left out) and `body`:
