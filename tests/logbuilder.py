@@ -40,11 +40,18 @@ def corpus_or_skip() -> Path:
     return CORPUS
 
 
-def corpus_params(pattern: str) -> list[Any]:
-    """Corpus paths matching `pattern` as pytest params (id = path in the corpus), or one skipped param."""
+def corpus_params(pattern: str, *, folders: bool = False) -> list[Any]:
+    """Corpus paths matching `pattern` (`folders`: the folders holding them) as pytest params (id =
+    path in the corpus), or one skipped param."""
     if not CORPUS.is_dir():
         return [pytest.param(None, marks=pytest.mark.skip(reason=CORPUS_MISSING), id="corpus-missing")]
-    return [pytest.param(p, id=str(p.relative_to(CORPUS))) for p in sorted(CORPUS.glob(pattern))]
+    paths = [p.parent if folders else p for p in sorted(CORPUS.glob(pattern))]
+    return [pytest.param(p, id=str(p.relative_to(CORPUS))) for p in paths]
+
+
+def corpus_scenarios() -> list[Any]:
+    """Every corpus scenario folder (one with a `session.jsonl`) as pytest params, as `corpus_params`."""
+    return corpus_params("*/*/session.jsonl", folders=True)
 
 
 # -- chunks: one model call ----------------------------------------------------------------------

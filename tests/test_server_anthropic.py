@@ -20,7 +20,6 @@ from mockllm.script.entries import ChunksEntry, HangEntry, ThrowEntry
 from tests.anthropic_client import SDK_ERRORS, create_message, expected_from_entry, sdk_base, stream_message
 from tests.conftest import http, new_run, run_state
 from tests.logbuilder import (
-    CORPUS,
     FORK_ID,
     FORK_TASK,
     MIXED_ANSWERS,
@@ -30,21 +29,18 @@ from tests.logbuilder import (
     SPAWN_TASK,
     SYSTEM,
     corpus_or_skip,
+    corpus_scenarios,
     text_call,
     write_mixed_tree,
     write_override,
     write_sessions,
 )
 
-SCENARIOS = sorted(p.parent for p in CORPUS.glob("*/*/session.jsonl")) if CORPUS.is_dir() else []
 MODES = {"stream": stream_message, "create": create_message}
 # A held call, seen by a client with a short timeout: before the response (non-stream), or while
 # reading a stream that has started (the SDK lets the transport's ReadTimeout through then).
 HELD = (anthropic.APITimeoutError, httpx2.ReadTimeout)
 
-
-def _ids(path: Path | None) -> str:
-    return f"{path.parent.name}/{path.name}" if path else "corpus-missing"
 
 
 def client(base_url: str, **options: Any) -> anthropic.AsyncAnthropic:
@@ -61,7 +57,7 @@ def user(text: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("mode", list(MODES))
-@pytest.mark.parametrize("scenario_dir", SCENARIOS or [None], ids=_ids)
+@pytest.mark.parametrize("scenario_dir", corpus_scenarios())
 async def test_every_session_gets_its_own_recorded_calls(serve, scenario_dir, mode):
     corpus_or_skip()
     scenario = load_scenario(scenario_dir)

@@ -12,17 +12,11 @@ import pytest
 from mockllm.scenario.load import load_scenario
 from mockllm.script.entries import ChunksEntry, HangEntry, ThrowEntry
 from tests.conftest import http
-from tests.logbuilder import CORPUS, corpus_or_skip
+from tests.logbuilder import CORPUS, corpus_or_skip, corpus_scenarios
 from tests.replay_client import expected_from_entry, received_from_stream
 
-SCENARIOS = sorted(p.parent for p in CORPUS.glob("*/*/session.jsonl")) if CORPUS.is_dir() else []
 
-
-def _ids(path):
-    return f"{path.parent.name}/{path.name}"
-
-
-@pytest.mark.parametrize("scenario_dir", SCENARIOS or [None], ids=_ids if SCENARIOS else None)
+@pytest.mark.parametrize("scenario_dir", corpus_scenarios())
 async def test_every_session_gets_its_own_recorded_calls(serve, scenario_dir):
     corpus_or_skip()
     scenario = load_scenario(scenario_dir)

@@ -9,7 +9,6 @@ header-less routing with `functionResponse` tool results, golden bytes and the d
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -28,7 +27,6 @@ from mockllm.wire.sse_reader import SSEReader
 from tests.conftest import http, new_run
 from tests.gemini_client import client, close_all, expected_from_entry, generate, generate_stream, root, whole
 from tests.logbuilder import (
-    CORPUS,
     FORK_ID,
     FORK_TASK,
     MIXED_ANSWERS,
@@ -38,13 +36,13 @@ from tests.logbuilder import (
     SPAWN_TASK,
     SYSTEM,
     corpus_or_skip,
+    corpus_scenarios,
     text_call,
     write_mixed_tree,
     write_override,
     write_sessions,
 )
 
-SCENARIOS = sorted(p.parent for p in CORPUS.glob("*/*/session.jsonl")) if CORPUS.is_dir() else []
 MODES = {"stream": generate_stream, "whole": generate}
 GEMINI = Gemini()
 
@@ -56,12 +54,9 @@ async def close_clients() -> Any:
     await close_all()
 
 
-def _ids(path: Path | None) -> str:
-    return f"{path.parent.name}/{path.name}" if path else "corpus-missing"
-
 
 @pytest.mark.parametrize("mode", list(MODES))
-@pytest.mark.parametrize("scenario_dir", SCENARIOS or [None], ids=_ids)
+@pytest.mark.parametrize("scenario_dir", corpus_scenarios())
 async def test_every_session_gets_its_own_recorded_calls(serve, scenario_dir, mode):
     corpus_or_skip()
     scenario = load_scenario(scenario_dir)
@@ -262,7 +257,7 @@ def test_golden_bytes():
         "modelVersion": "m", "responseId": "r-1"}
 
 
-@pytest.mark.parametrize("scenario_dir", SCENARIOS or [None], ids=_ids)
+@pytest.mark.parametrize("scenario_dir", corpus_scenarios())
 def test_the_decoder_reads_back_every_rendered_corpus_call(scenario_dir):
     """Render, split into events as they arrive in odd pieces, decode: the recorded call again (its
     blocks, usage and finish), with a tool call's fragments joined (the wire sends it whole)."""

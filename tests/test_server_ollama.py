@@ -9,7 +9,6 @@ bytes and the stream decoder's round trip.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -27,7 +26,6 @@ from mockllm.wire.ollama import Ollama
 from mockllm.wire.render import read
 from tests.conftest import http, new_run, run_state
 from tests.logbuilder import (
-    CORPUS,
     FORK_ID,
     FORK_TASK,
     MIXED_ANSWERS,
@@ -37,6 +35,7 @@ from tests.logbuilder import (
     SPAWN_TASK,
     SYSTEM,
     corpus_or_skip,
+    corpus_scenarios,
     text_call,
     tool_call,
     write_mixed_tree,
@@ -45,7 +44,6 @@ from tests.logbuilder import (
 )
 from tests.ollama_client import chat_stream, chat_whole, client, close_all, expected_from_entry, root
 
-SCENARIOS = sorted(p.parent for p in CORPUS.glob("*/*/session.jsonl")) if CORPUS.is_dir() else []
 MODES = {"stream": chat_stream, "whole": chat_whole}
 HELD = (httpx.TimeoutException,)
 OLLAMA = Ollama()
@@ -58,16 +56,13 @@ async def close_clients() -> Any:
     await close_all()
 
 
-def _ids(path: Path | None) -> str:
-    return f"{path.parent.name}/{path.name}" if path else "corpus-missing"
-
 
 def user(text: str) -> dict[str, Any]:
     return {"role": "user", "content": text}
 
 
 @pytest.mark.parametrize("mode", list(MODES))
-@pytest.mark.parametrize("scenario_dir", SCENARIOS or [None], ids=_ids)
+@pytest.mark.parametrize("scenario_dir", corpus_scenarios())
 async def test_every_session_gets_its_own_recorded_calls(serve, scenario_dir, mode):
     corpus_or_skip()
     scenario = load_scenario(scenario_dir)
@@ -285,7 +280,7 @@ def test_golden_bytes():
         "done": True, "done_reason": "stop", "prompt_eval_count": 7, "eval_count": 3}
 
 
-@pytest.mark.parametrize("scenario_dir", SCENARIOS or [None], ids=_ids)
+@pytest.mark.parametrize("scenario_dir", corpus_scenarios())
 def test_the_decoder_reads_back_every_rendered_corpus_call(scenario_dir):
     """Render, split into lines as they arrive in odd pieces, decode: the recorded call again, with a
     tool call's fragments joined (the wire sends it whole)."""

@@ -20,7 +20,6 @@ from mockllm.scenario.load import load_scenario
 from mockllm.script.entries import ChunksEntry, Entry, HangEntry, ThrowEntry, throw_status
 from tests.conftest import new_run, run_state
 from tests.logbuilder import (
-    CORPUS,
     FORK_ID,
     FORK_TASK,
     MIXED_ANSWERS,
@@ -31,14 +30,13 @@ from tests.logbuilder import (
     SYSTEM,
     chunks_entry,
     corpus_or_skip,
+    corpus_scenarios,
     finish,
     text_call,
     write_mixed_tree,
     write_override,
     write_sessions,
 )
-
-SCENARIOS = sorted(p.parent for p in CORPUS.glob("*/*/session.jsonl")) if CORPUS.is_dir() else []
 
 STATUS_ERRORS: dict[int, type[openai.APIStatusError]] = {
     400: openai.BadRequestError, 401: openai.AuthenticationError, 403: openai.PermissionDeniedError,
@@ -122,12 +120,9 @@ async def streamed(sdk: openai.AsyncOpenAI, **request: Any) -> dict[str, Any]:
     return {"fragments": fragments, **assembled(final), "id": final.id}
 
 
-def _ids(path: Path) -> str:
-    return f"{path.parent.name}/{path.name}"
-
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "create"])
-@pytest.mark.parametrize("scenario_dir", SCENARIOS or [None], ids=_ids if SCENARIOS else None)
+@pytest.mark.parametrize("scenario_dir", corpus_scenarios())
 async def test_every_session_gets_its_own_recorded_calls(serve, scenario_dir, stream):
     corpus_or_skip()
     scenario = load_scenario(scenario_dir)
