@@ -16,6 +16,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.loopback import start_on_loopback
+
 # Streamed answers, by their media type (Ollama streams NDJSON), with the Content-Type sent.
 STREAMED = {"text/event-stream": "text/event-stream; charset=utf-8", "application/x-ndjson": "application/x-ndjson"}
 
@@ -62,11 +64,8 @@ async def running_upstream() -> AsyncIterator[FakeUpstream]:
     upstream = FakeUpstream()
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", upstream.handle)  # /v1/…, and beside it (/v1beta/…, /api/…)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    upstream.base_url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
+    runner, root = await start_on_loopback(app)
+    upstream.base_url = root + "/v1"
     try:
         yield upstream
     finally:

@@ -34,6 +34,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.loopback import start_on_loopback
+
 FACTS = ("has a harbour older than its cathedral", "names a street after every river it trades with",
          "holds a festival each spring", "was mapped by a monk in the ninth century",
          "grows figs in its public squares", "keeps its oldest bridge lit all night")
@@ -202,11 +204,7 @@ class ScriptedLLM:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/responses", self._responses)
         app.router.add_post("/v1/messages", self._messages)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self.base_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        runner, self.base_url = await start_on_loopback(app)
         try:
             yield self
         finally:

@@ -31,6 +31,8 @@ from typing import Any, Self
 
 from aiohttp import web
 
+from tests.loopback import start_on_loopback
+
 CALL = re.compile(r"^CALL (\w+) (\{.*\})\s*$", re.MULTILINE)
 FAIL = re.compile(r"\bFAIL (\d{3})\b")
 USAGE_IN, USAGE_OUT = 11, 7
@@ -273,11 +275,8 @@ class ScriptedUpstream:
             app = web.Application()
             for path in ("/v1/chat/completions", "/v1/messages", "/v1/responses", "/v1/messages/count_tokens"):
                 app.router.add_post(path, self._handle)
-            self._runner = web.AppRunner(app, access_log=None)
-            await self._runner.setup()
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
-            await site.start()
-            self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/v1"
+            self._runner, root = await start_on_loopback(app)
+            self.url = root + "/v1"
             self._loop = asyncio.get_running_loop()
             self._stopped = asyncio.Event()
             started.set()
