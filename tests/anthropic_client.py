@@ -11,8 +11,9 @@ from typing import Any
 
 import anthropic
 
-from mockllm.dsh.chunks import BlockEnd, BlockStart, FinishChunk, ReasoningDelta, TextDelta, ToolCallDelta, UsageChunk
-from mockllm.script.entries import ChunksEntry, Entry
+from mockllm.dsh.chunks import FinishChunk, UsageChunk
+from mockllm.script.entries import Entry
+from tests.entry_pieces import ended_blocks, entry_pieces
 
 STOP_REASONS = {"stop": "end_turn", "tool-calls": "tool_use", "max-tokens": "max_tokens"}
 
@@ -33,43 +34,27 @@ def sdk_base(base_url: str) -> str:
 
 def expected_from_entry(entry: Entry) -> dict[str, Any]:
     """Fragments, assembled blocks (in order), tool calls, usage and stop reason of a chunks entry."""
-    assert isinstance(entry, ChunksEntry)
-    ended = {c.index: c.block for c in entry.chunks if isinstance(c, BlockEnd)}
-    with_deltas = {c.index for c in entry.chunks if isinstance(c, TextDelta | ReasoningDelta | ToolCallDelta)}
     fragments: list[tuple[str, str]] = []
     blocks: dict[int, dict[str, Any]] = {}  # recorded index -> {"type", "text", "id", "name"}, in first-sight order
     usage: dict[str, Any] = {"input_tokens": 0, "output_tokens": 0, "cache_read_input_tokens": None,
                              "cache_creation_input_tokens": None, "thinking_tokens": None}
     stop = None
-
-    def add(index: int, kind: str, text: str, call_id: str | None = None, name: str | None = None) -> None:
-        block = blocks.setdefault(index, {"type": kind, "text": "", "id": call_id, "name": name})
-        block["id"] = block["id"] or call_id
-        block["name"] = block["name"] or name
-        block["text"] += text
-        fragments.append((kind, text))
-
-    for chunk in entry.chunks:
-        if isinstance(chunk, TextDelta):
-            add(chunk.index, "text", chunk.text)
-        elif isinstance(chunk, ReasoningDelta):
-            add(chunk.index, "thinking", chunk.text)
-        elif isinstance(chunk, ToolCallDelta):
-            add(chunk.index, "tool_use", chunk.argumentsDelta, chunk.id, chunk.name)
-        elif isinstance(chunk, BlockStart) and chunk.index not in with_deltas and chunk.index in ended:
-            whole = ended[chunk.index]
-            if whole.type == "tool-call":
-                arguments = whole.arguments if isinstance(whole.arguments, str) else json.dumps(whole.arguments)
-                add(chunk.index, "tool_use", arguments, whole.id, whole.name)
-            else:
-                add(chunk.index, {"text": "text", "reasoning": "thinking"}[whole.type], whole.text or "")
-        elif isinstance(chunk, UsageChunk):
-            u = chunk.usage
+    for piece in entry_pieces(entry):
+        if isinstance(piece, UsageChunk):
+            u = piece.usage
             usage = {"input_tokens": u.inputTokens, "output_tokens": u.outputTokens,
                      "cache_read_input_tokens": u.cacheReadTokens, "cache_creation_input_tokens": u.cacheWriteTokens,
                      "thinking_tokens": u.reasoningTokens}
-        elif isinstance(chunk, FinishChunk):
-            stop = STOP_REASONS[chunk.reason.kind]
+        elif isinstance(piece, FinishChunk):
+            stop = STOP_REASONS[piece.reason.kind]
+        else:
+            kind = {"text": "text", "reasoning": "thinking", "tool-call": "tool_use"}[piece.kind]
+            block = blocks.setdefault(piece.block_index, {"type": kind, "text": "", "id": piece.id, "name": piece.name})
+            block["id"] = block["id"] or piece.id
+            block["name"] = block["name"] or piece.name
+            block["text"] += piece.text
+            fragments.append((kind, piece.text))
+    ended = ended_blocks(entry)
     for index, block in ended.items():
         if block.type == "tool-call" and index in blocks:
             blocks[index]["name"] = blocks[index]["name"] or block.name

@@ -17,8 +17,9 @@ import httpx
 from google import genai
 from google.genai import types
 
-from mockllm.dsh.chunks import BlockEnd, BlockStart, FinishChunk, ReasoningDelta, TextDelta, ToolCallDelta, UsageChunk
-from mockllm.script.entries import ChunksEntry, Entry
+from mockllm.dsh.chunks import FinishChunk, UsageChunk
+from mockllm.script.entries import Entry
+from tests.entry_pieces import ended_blocks, entry_pieces
 
 FINISH = {"stop": "STOP", "tool-calls": "STOP", "max-tokens": "MAX_TOKENS"}
 OPEN: list[httpx.AsyncClient] = []  # closed after each test by its module's fixture (`close_all`)
@@ -47,37 +48,26 @@ def root(base_url: str) -> str:
 
 
 def expected_from_entry(entry: Entry) -> dict[str, Any]:
-    assert isinstance(entry, ChunksEntry)
-    ended = {c.index: c.block for c in entry.chunks if isinstance(c, BlockEnd)}
-    with_deltas = {c.index for c in entry.chunks if isinstance(c, TextDelta | ReasoningDelta | ToolCallDelta)}
     fragments: list[tuple[str, str]] = []
     calls: dict[int, dict[str, Any]] = {}
     usage = None
     finish = None
-    for chunk in entry.chunks:
-        if isinstance(chunk, TextDelta) and chunk.text:
-            fragments.append(("text", chunk.text))
-        elif isinstance(chunk, ReasoningDelta) and chunk.text:
-            fragments.append(("thought", chunk.text))
-        elif isinstance(chunk, ToolCallDelta):
-            call = calls.setdefault(chunk.index, {"id": chunk.id, "name": chunk.name, "args": ""})
-            call["id"], call["name"] = call["id"] or chunk.id, call["name"] or chunk.name
-            call["args"] += chunk.argumentsDelta
-        elif isinstance(chunk, BlockStart) and chunk.index not in with_deltas and chunk.index in ended:
-            block = ended[chunk.index]
-            if block.type == "tool-call":
-                arguments = block.arguments if isinstance(block.arguments, str) else json.dumps(block.arguments)
-                calls[chunk.index] = {"id": block.id, "name": block.name, "args": arguments}
-            elif block.text:
-                fragments.append(({"text": "text", "reasoning": "thought"}[block.type], block.text))
-        elif isinstance(chunk, UsageChunk):
-            u = chunk.usage
+    for piece in entry_pieces(entry):
+        if isinstance(piece, UsageChunk):
+            u = piece.usage
             prompt = u.inputTokens + (u.cacheReadTokens or 0)
             usage = {"prompt_token_count": prompt, "candidates_token_count": u.outputTokens - (u.reasoningTokens or 0),
                      "thoughts_token_count": u.reasoningTokens, "cached_content_token_count": u.cacheReadTokens,
                      "total_token_count": prompt + u.outputTokens}
-        elif isinstance(chunk, FinishChunk):
-            finish = FINISH[chunk.reason.kind]
+        elif isinstance(piece, FinishChunk):
+            finish = FINISH[piece.reason.kind]
+        elif piece.kind == "tool-call":
+            call = calls.setdefault(piece.block_index, {"id": piece.id, "name": piece.name, "args": ""})
+            call["id"], call["name"] = call["id"] or piece.id, call["name"] or piece.name
+            call["args"] += piece.text
+        elif piece.text:
+            fragments.append(({"text": "text", "reasoning": "thought"}[piece.kind], piece.text))
+    ended = ended_blocks(entry)
     for index, call in calls.items():
         if index in ended:
             call["id"], call["name"] = call["id"] or ended[index].id, call["name"] or ended[index].name

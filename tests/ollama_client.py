@@ -12,8 +12,9 @@ from typing import Any
 
 import ollama
 
-from mockllm.dsh.chunks import BlockEnd, BlockStart, FinishChunk, ReasoningDelta, TextDelta, ToolCallDelta, UsageChunk
-from mockllm.script.entries import ChunksEntry, Entry
+from mockllm.dsh.chunks import FinishChunk, UsageChunk
+from mockllm.script.entries import Entry
+from tests.entry_pieces import ended_blocks, entry_pieces
 
 DONE_REASONS = {"stop": "stop", "tool-calls": "stop", "max-tokens": "length"}
 OPEN: list[ollama.AsyncClient] = []  # closed after each test by its module's fixture (`close_all`)
@@ -38,34 +39,23 @@ def root(base_url: str) -> str:
 
 
 def expected_from_entry(entry: Entry) -> dict[str, Any]:
-    assert isinstance(entry, ChunksEntry)
-    ended = {c.index: c.block for c in entry.chunks if isinstance(c, BlockEnd)}
-    with_deltas = {c.index for c in entry.chunks if isinstance(c, TextDelta | ReasoningDelta | ToolCallDelta)}
     fragments: list[tuple[str, str]] = []
     calls: dict[int, dict[str, Any]] = {}
     counts: dict[str, int | None] = {"prompt_eval_count": None, "eval_count": None}
     reason = None
-    for chunk in entry.chunks:
-        if isinstance(chunk, TextDelta) and chunk.text:
-            fragments.append(("content", chunk.text))
-        elif isinstance(chunk, ReasoningDelta) and chunk.text:
-            fragments.append(("thinking", chunk.text))
-        elif isinstance(chunk, ToolCallDelta):
-            call = calls.setdefault(chunk.index, {"name": chunk.name, "arguments": ""})
-            call["name"] = call["name"] or chunk.name
-            call["arguments"] += chunk.argumentsDelta
-        elif isinstance(chunk, BlockStart) and chunk.index not in with_deltas and chunk.index in ended:
-            block = ended[chunk.index]
-            if block.type == "tool-call":
-                arguments = block.arguments if isinstance(block.arguments, str) else json.dumps(block.arguments)
-                calls[chunk.index] = {"name": block.name, "arguments": arguments}
-            elif block.text:
-                fragments.append(({"text": "content", "reasoning": "thinking"}[block.type], block.text))
-        elif isinstance(chunk, UsageChunk):
-            u = chunk.usage
+    for piece in entry_pieces(entry):
+        if isinstance(piece, UsageChunk):
+            u = piece.usage
             counts = {"prompt_eval_count": u.inputTokens + (u.cacheReadTokens or 0), "eval_count": u.outputTokens}
-        elif isinstance(chunk, FinishChunk):
-            reason = DONE_REASONS[chunk.reason.kind]
+        elif isinstance(piece, FinishChunk):
+            reason = DONE_REASONS[piece.reason.kind]
+        elif piece.kind == "tool-call":
+            call = calls.setdefault(piece.block_index, {"name": piece.name, "arguments": ""})
+            call["name"] = call["name"] or piece.name
+            call["arguments"] += piece.text
+        elif piece.text:
+            fragments.append(({"text": "content", "reasoning": "thinking"}[piece.kind], piece.text))
+    ended = ended_blocks(entry)
     for index, call in calls.items():
         call["name"] = call["name"] or ended[index].name if index in ended else call["name"]
         call["arguments"] = json.loads(call["arguments"]) if call["arguments"].strip() else {}

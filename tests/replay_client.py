@@ -4,37 +4,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from mockllm.dsh.chunks import BlockEnd, BlockStart, FinishChunk, ReasoningDelta, TextDelta, ToolCallDelta, UsageChunk
-from mockllm.script.entries import ChunksEntry, Entry
+from mockllm.dsh.chunks import FinishChunk, UsageChunk
+from mockllm.script.entries import Entry
 from mockllm.wire.chat import finish_reason, usage_object
+from tests.entry_pieces import entry_pieces
 
 
 def expected_from_entry(entry: Entry) -> dict[str, Any]:
     """What a client should see for a chunks entry: fragment sequence, tool calls, finish, usage."""
-    assert isinstance(entry, ChunksEntry)
     fragments: list[tuple[str, str]] = []
     tools: dict[int, dict[str, Any]] = {}
-    ended = {c.index: c.block for c in entry.chunks if isinstance(c, BlockEnd)}
-    with_deltas = {c.index for c in entry.chunks if isinstance(c, TextDelta | ReasoningDelta | ToolCallDelta)}
     finish = usage = None
-    for chunk in entry.chunks:
-        if isinstance(chunk, TextDelta):
-            fragments.append(("content", chunk.text))
-        elif isinstance(chunk, ReasoningDelta):
-            fragments.append(("reasoning", chunk.text))
-        elif isinstance(chunk, ToolCallDelta):
-            call = tools.setdefault(chunk.index, {"id": chunk.id, "name": chunk.name, "arguments": ""})
-            call["arguments"] += chunk.argumentsDelta
-            fragments.append(("tool", chunk.argumentsDelta))
-        elif isinstance(chunk, BlockStart) and chunk.index not in with_deltas and chunk.index in ended:
-            block = ended[chunk.index]
-            kind = {"text": "content", "reasoning": "reasoning"}.get(block.type)
-            if kind:
-                fragments.append((kind, block.text or ""))
-        elif isinstance(chunk, FinishChunk):
-            finish = finish_reason(chunk)
-        elif isinstance(chunk, UsageChunk):
-            usage = usage_object(chunk.usage)
+    for piece in entry_pieces(entry):
+        if isinstance(piece, FinishChunk):
+            finish = finish_reason(piece)
+        elif isinstance(piece, UsageChunk):
+            usage = usage_object(piece.usage)
+        elif piece.kind == "tool-call":
+            if not piece.whole:  # a tool call recorded whole: this helper never expected one (kept so)
+                call = tools.setdefault(piece.block_index, {"id": piece.id, "name": piece.name, "arguments": ""})
+                call["arguments"] += piece.text
+                fragments.append(("tool", piece.text))
+        elif piece.kind in ("text", "reasoning"):
+            fragments.append(({"text": "content", "reasoning": "reasoning"}[piece.kind], piece.text))
     return {"fragments": fragments, "tool_calls": list(tools.values()), "finish": finish, "usage": usage}
 
 
