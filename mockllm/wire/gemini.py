@@ -37,12 +37,12 @@ from typing import Any
 import msgspec
 
 from mockllm.dsh.chunks import FinishChunk, TokenUsage
-from mockllm.script.entries import Entry, ThrowEntry
+from mockllm.script.entries import ThrowEntry
 from mockllm.wire import render
 from mockllm.wire.dialect import Dialect, Envelope, SSEEvent, StreamDecoder
 from mockllm.wire.gemini_request import decode_request, decode_routed
 from mockllm.wire.gemini_stream import FINISH_REASONS, GeminiStreamDecoder
-from mockllm.wire.render import Ended, Reading, Run, read
+from mockllm.wire.render import Ended, Reading, Run
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Request
 from mockllm.wire.sse import HOLE, data_event, run_pieces
@@ -149,11 +149,6 @@ class Gemini(Dialect):
     def body_events(self, body: bytes) -> list[SSEEvent] | None:
         # A whole answer has the shape of one stream event holding everything.
         return [(None, body.strip())] if body.strip().startswith(b"{") else None
-
-
-def render_entry(entry: Entry, envelope: Envelope) -> Reply:
-    """Answer for one script entry (templates must already be resolved)."""
-    return render.render_entry(_GeminiCall, read(entry), envelope)
 
 
 _EVENT_HEAD = b'data: {"candidates":[{"content":{"parts":['

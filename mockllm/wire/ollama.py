@@ -34,13 +34,13 @@ from typing import Any
 import msgspec
 
 from mockllm.dsh.chunks import FinishChunk, TokenUsage
-from mockllm.script.entries import Entry, ThrowEntry
+from mockllm.script.entries import ThrowEntry
 from mockllm.wire import render
 from mockllm.wire.dialect import Dialect, Envelope, FrameReader, InfoRoute, SSEEvent, StreamDecoder
 from mockllm.wire.ndjson import NDJSON, NDJSONReader, line
 from mockllm.wire.ollama_request import decode_request
 from mockllm.wire.ollama_stream import OllamaStreamDecoder
-from mockllm.wire.render import Ended, Reading, Run, read
+from mockllm.wire.render import Ended, Reading, Run
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Request
 from mockllm.wire.sse import run_pieces
@@ -156,11 +156,6 @@ class Ollama(Dialect):
     def body_events(self, body: bytes) -> list[SSEEvent] | None:
         # A whole answer is the one object a stream's lines add up to: the decoder reads it as a line.
         return [(None, body.strip())] if body.strip().startswith(b"{") else None
-
-
-def render_entry(entry: Entry, envelope: Envelope) -> Reply:
-    """Answer for one script entry (templates must already be resolved)."""
-    return render.render_entry(_OllamaCall, read(entry), envelope)
 
 
 # A line's end after its message, and a text and a thinking delta's message before its text: every
