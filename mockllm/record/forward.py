@@ -121,14 +121,19 @@ class Forwarder:
         """Send the call to `url` (or take the `exchange` begun for it by `start`) and answer the client
         as the upstream answers; `target` None: pass it on and record nothing (a request no dialect
         reads, `GET /v1/models`, ...)."""
+        if exchange is None:
+            exchange = self.start(request, url, body)
+        try:  # closed whatever happens: a connection read to its end goes back to the pool, any other is dropped
+            return await self._answer(request, exchange, url, dialect, target)
+        finally:
+            exchange.close()
+
+    async def _answer(self, request: web.Request, exchange: Exchange, url: str, dialect: Dialect | None,
+                      target: Target | None) -> web.StreamResponse:
         try:
-            if exchange is None:
-                exchange = self.start(request, url, body)
             upstream = await exchange.answer()
         except UpstreamError as exc:
             # Nothing was answered, so nothing is recorded: the call never happened as far as replay goes.
-            if exchange is not None:
-                exchange.close()
             message = f"cannot reach the upstream {url}: {exc}"
             log.warning("mockllm record: %s", message)
             if target is not None:
@@ -136,24 +141,21 @@ class Forwarder:
             error = (dialect or DEFAULT).error_body(f"mockllm record: {message}", "upstream_unreachable", 502)
             return web.Response(status=502, body=error, content_type="application/json",
                                 headers={"x-should-retry": "false"})
-        try:
-            if dialect is None or target is None:
-                return await _relay(request, upstream)
-            if upstream.status >= 400:
-                response = await _relay(request, upstream)
-                failed = _failure(upstream.status, _bytes(response))
-                if upstream.status >= 500 or upstream.status in UNKEPT_STATUSES:
-                    self._failed(target.caller, upstream.status, f"the upstream answered {upstream.status} "
-                                 f"{failed.code}: {failed.message}")
-                self._later(self._record_failure, target, failed)
-                return response
-            if upstream.content_type == _media_type(dialect.stream_type):
-                return await self._stream(request, upstream, dialect, target)
+        if dialect is None or target is None:
+            return await _relay(request, upstream)
+        if upstream.status >= 400:
             response = await _relay(request, upstream)
-            self._later(self._record_whole, dialect, _bytes(response), target)
+            failed = _failure(upstream.status, _bytes(response))
+            if upstream.status >= 500 or upstream.status in UNKEPT_STATUSES:
+                self._failed(target.caller, upstream.status, f"the upstream answered {upstream.status} "
+                             f"{failed.code}: {failed.message}")
+            self._later(self._record_failure, target, failed)
             return response
-        finally:
-            exchange.close()
+        if upstream.content_type == _media_type(dialect.stream_type):
+            return await self._stream(request, upstream, dialect, target)
+        response = await _relay(request, upstream)
+        self._later(self._record_whole, dialect, _bytes(response), target)
+        return response
 
     async def _stream(self, request: web.Request, upstream: Answer, dialect: Dialect,
                       target: Target) -> web.StreamResponse:
