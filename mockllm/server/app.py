@@ -106,7 +106,7 @@ class MockServer:
         body = await read_body(request, self.max_body)
         if body is None:
             return mock_error(413, "request_too_large", f"request body over {self.max_body} bytes", dialect=dialect)
-        early = self.live.send_early(request, run, dialect, body) if run.recording else None
+        early = self.live.send_early(request, run, dialect, body)
         try:
             call = dialect.decode_routed(body, request.match_info)
             session = header_session(request.headers, self.session_headers)
