@@ -29,7 +29,7 @@ from mockllm.scenario.load import load_scenario
 from mockllm.server.running import settle_memory
 from mockllm.server.streaming import SSE_HEADERS
 from mockllm.wire import CHAT
-from mockllm.wire.chat import DONE
+from mockllm.wire.chat.dialect import DONE
 
 
 def frames_for(scenario_dir: Path) -> list[bytes]:

@@ -53,7 +53,7 @@ from bench_client import mockllm_process, proc_cpu_seconds, root_url  # noqa: E4
 
 from mockllm.scenario.load import load_scenario  # noqa: E402
 from mockllm.wire import DIALECTS  # noqa: E402
-from mockllm.wire.dialect import Envelope  # noqa: E402
+from mockllm.wire.envelope import Envelope  # noqa: E402
 from mockllm.wire.render import read  # noqa: E402
 
 TARGET = 1.25

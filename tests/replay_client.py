@@ -6,7 +6,7 @@ from typing import Any
 
 from mockllm.dsh.chunks import FinishChunk, UsageChunk
 from mockllm.script.entries import Entry
-from mockllm.wire.chat import finish_reason, usage_object
+from mockllm.wire.chat.dialect import finish_reason, usage_object
 from tests.entry_pieces import entry_pieces
 
 

@@ -17,7 +17,7 @@ from mockllm.dsh.reader import parse_log
 from mockllm.replay.catalog import Catalog
 from mockllm.scenario.load import load_scenario
 from mockllm.wire import CHAT
-from mockllm.wire.chat import DONE
+from mockllm.wire.chat.dialect import DONE
 from tests.logbuilder import CORPUS, RECORDINGS
 
 LOGS = sorted(RECORDINGS.glob("*/session*.jsonl"))

@@ -19,7 +19,7 @@ from mockllm.record.redact import Redactor
 from mockllm.record.tree import Caller, Failed, Lineage, SessionTree
 from mockllm.replay.conversations import ConversationIndex
 from mockllm.scenario.load import load_scenario, load_suite
-from mockllm.wire.anthropic import AnthropicMessages
+from mockllm.wire.anthropic.dialect import AnthropicMessages
 from mockllm.wire.request import Message
 from mockllm.wire.sse_reader import SSEReader
 from tests.claude_code import CWD, OSLO, REQUESTS, ROME, SUMMARY, answer, body

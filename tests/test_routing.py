@@ -11,7 +11,7 @@ import pytest
 
 from mockllm.replay.conversations import ConversationIndex
 from mockllm.replay.routing import calling_session, header_session
-from mockllm.wire.chat_request import chat_messages
+from mockllm.wire.chat.request import chat_messages
 from mockllm.wire.request import Request
 from tests.conftest import assert_mock_error, http, new_run, run_state
 from tests.logbuilder import (

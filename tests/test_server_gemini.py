@@ -20,8 +20,8 @@ from google.genai import errors, types
 from mockllm.dsh.chunks import BlockEnd, FinishChunk, UsageChunk
 from mockllm.scenario.load import load_scenario
 from mockllm.script.entries import ChunksEntry, HangEntry, ThrowEntry
-from mockllm.wire.dialect import Envelope
-from mockllm.wire.gemini import Gemini
+from mockllm.wire.envelope import Envelope
+from mockllm.wire.gemini.dialect import Gemini
 from mockllm.wire.render import read
 from mockllm.wire.sse_reader import SSEReader
 from tests.conftest import http, new_run

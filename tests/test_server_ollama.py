@@ -20,9 +20,9 @@ import pytest
 from mockllm.dsh.chunks import BlockEnd
 from mockllm.scenario.load import load_scenario
 from mockllm.script.entries import ChunksEntry, HangEntry, ThrowEntry
-from mockllm.wire.dialect import Envelope
-from mockllm.wire.ndjson import NDJSONReader
-from mockllm.wire.ollama import Ollama
+from mockllm.wire.envelope import Envelope
+from mockllm.wire.ollama.dialect import Ollama
+from mockllm.wire.ollama.ndjson import NDJSONReader
 from mockllm.wire.render import read
 from tests.conftest import http, new_run, run_state
 from tests.logbuilder import (

@@ -14,8 +14,8 @@ from mockllm.dsh.chunks import StreamChunk
 from mockllm.scenario.load import load_scenario
 from mockllm.script.entries import ChunksEntry, Entry
 from mockllm.script.templates import request_text
-from mockllm.wire.anthropic import MESSAGE_STOP, SIGNATURE, AnthropicMessages, render_entry
-from mockllm.wire.dialect import Envelope
+from mockllm.wire.anthropic.dialect import MESSAGE_STOP, SIGNATURE, AnthropicMessages, render_entry
+from mockllm.wire.envelope import Envelope
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Message, ToolCall
 from mockllm.wire.sse import iter_events

@@ -9,8 +9,8 @@ import msgspec
 import pytest
 
 from mockllm.script.entries import Entry
-from mockllm.wire.chat import DONE, render_entry
-from mockllm.wire.dialect import Envelope
+from mockllm.wire.chat.dialect import DONE, render_entry
+from mockllm.wire.envelope import Envelope
 from mockllm.wire.reply import Reply
 from tests.conftest import sse_payloads
 

@@ -16,10 +16,10 @@ from mockllm.replay.run import Run
 from mockllm.scenario.load import load_scenario
 from mockllm.script.entries import ChunksEntry, Entry
 from mockllm.wire import DIALECTS
-from mockllm.wire.dialect import Envelope
+from mockllm.wire.envelope import Envelope
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Message, ToolCall
-from mockllm.wire.responses import Responses, render_entry
+from mockllm.wire.responses.dialect import Responses, render_entry
 from mockllm.wire.sse import iter_events
 from tests.logbuilder import CORPUS, corpus_or_skip, text_call, write_sessions
 

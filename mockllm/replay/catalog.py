@@ -15,7 +15,8 @@ from mockllm.scenario.load import Scenario
 from mockllm.script.derive import Timing
 from mockllm.script.entries import FROM_REQUEST, Entry
 from mockllm.script.templates import CWD, resolve_entry
-from mockllm.wire.dialect import Dialect, Envelope
+from mockllm.wire.dialect import Dialect
+from mockllm.wire.envelope import Envelope
 from mockllm.wire.render import Reading, read
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Request

@@ -5,9 +5,11 @@ under every base address.
 The seam every dialect shares: `request` (a live request in neutral form), `dialect` (the Dialect
 and StreamDecoder a dialect implements), `render` (how any entry becomes a Reply: the entry read
 once, then walked into one dialect's events), `reply` (the Reply the server writes), `sse` (SSE
-framing and event templates). Each dialect is `<name>` (its events and error bodies),
-`<name>_request` (its requests read) and `<name>_stream` (a live stream decoded back, for record
-mode): chat (OpenAI chat completions), anthropic (Anthropic Messages), responses (OpenAI Responses).
+framing and event templates), `envelope` (what every event of a reply repeats). Each dialect is
+one folder, `<name>/` with `dialect` (its events and error bodies), `request` (its requests read)
+and `stream` (a live stream decoded back, for record mode): chat (OpenAI chat completions),
+anthropic (Anthropic Messages), responses (OpenAI Responses), gemini, ollama. A new dialect copies
+one folder and adds one line here.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import msgspec
 
@@ -29,20 +29,11 @@ from mockllm.dsh.chunks import (
     ToolCallDelta,
     UsageChunk,
 )
+from mockllm.wire.envelope import Envelope
+from mockllm.wire.render import Reading
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Request
 from mockllm.wire.sse_reader import SSEReader
-
-if TYPE_CHECKING:
-    from mockllm.wire.render import Reading  # render.py builds on this module
-
-
-class Envelope(msgspec.Struct, frozen=True, gc=False):
-    """What every event of one rendered reply repeats: its id, creation time and model."""
-
-    reply_id: str
-    created: int
-    model: str
 
 
 class OpenBlock:

@@ -41,7 +41,7 @@ from mockllm.dsh.chunks import (
     UsageChunk,
 )
 from mockllm.script.entries import HANG_CHUNKS, Entry, HangEntry, ThrowEntry, throw_status
-from mockllm.wire.dialect import Envelope
+from mockllm.wire.envelope import Envelope
 from mockllm.wire.reply import SSE_END, Frames, Reply
 
 # How a walked call closes, besides its frames: the usage frame sent when the client asks for usage

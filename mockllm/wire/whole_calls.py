@@ -15,7 +15,7 @@ from typing import Any, cast
 import msgspec
 
 from mockllm.dsh.chunks import Block, BlockEnd, BlockStart, ReasoningDelta, TextDelta, ToolCallDelta
-from mockllm.wire.dialect import Envelope
+from mockllm.wire.envelope import Envelope
 from mockllm.wire.render import CallRender, Reading, Run
 
 

@@ -28,8 +28,8 @@ Decisions (the wire has no finish reason, only a status):
   `cache_write_tokens` are its breakdown), `output_tokens_details.reasoning_tokens`, with 0 for a
   count not recorded. A call recorded with no usage has `usage: null`.
 
-Each event's template, and an output item as it is streamed, are in `responses_events`. Requests
-are read in `responses_request`; a live stream is decoded back into chunks in `responses_stream`.
+Each event's template, and an output item as it is streamed, are in `events`. Requests
+are read in `request`; a live stream is decoded back into chunks in `stream`.
 """
 
 from __future__ import annotations
@@ -40,15 +40,17 @@ import msgspec
 
 from mockllm.dsh.chunks import Block, BlockEnd, BlockStart, ReasoningDelta, TextDelta, ToolCallDelta
 from mockllm.script.entries import Entry, ThrowEntry
-from mockllm.wire import render, responses_stream
-from mockllm.wire.chat import error_body, error_type
-from mockllm.wire.dialect import Dialect, Envelope, SSEEvent, StreamDecoder, whole_reply
+from mockllm.wire import render
+from mockllm.wire.chat.dialect import error_body, error_type
+from mockllm.wire.dialect import Dialect, SSEEvent, StreamDecoder, whole_reply
+from mockllm.wire.envelope import Envelope
 from mockllm.wire.render import CallRender, Ended, Reading, Run, read
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Request
-from mockllm.wire.responses_events import ERROR, ITEM_ADDED, OPENING, RESPONSE, Item, terminal, usage_json
-from mockllm.wire.responses_request import decode_request
-from mockllm.wire.responses_stream import ResponsesStreamDecoder
+from mockllm.wire.responses import stream as responses_stream
+from mockllm.wire.responses.events import ERROR, ITEM_ADDED, OPENING, RESPONSE, Item, terminal, usage_json
+from mockllm.wire.responses.request import decode_request
+from mockllm.wire.responses.stream import ResponsesStreamDecoder
 
 _encode = msgspec.json.encode
 _REPLY_ID = re.compile(r"resp_mockllm_(\d+)_(\d+)")

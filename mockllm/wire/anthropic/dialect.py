@@ -35,8 +35,8 @@ Mock-made errors (exhaustion, unrecorded sessions, bad requests) keep Anthropic'
 `{"type":"error","error":{"type","message"}}` and add the mockllm code twice: machine-readable in
 `error.code`, and at the head of the message (`script_exhausted: run …`), since SDKs show the message.
 
-Requests are read in `anthropic_request`; a live stream is decoded back into chunks in
-`anthropic_stream`.
+Requests are read in `request`; a live stream is decoded back into chunks in
+`stream`.
 """
 
 from __future__ import annotations
@@ -56,10 +56,12 @@ from mockllm.dsh.chunks import (
     ToolCallDelta,
 )
 from mockllm.script.entries import Entry, ThrowEntry
-from mockllm.wire import anthropic_stream, render
-from mockllm.wire.anthropic_request import decode_request
-from mockllm.wire.anthropic_stream import AnthropicStreamDecoder
-from mockllm.wire.dialect import Dialect, Envelope, SSEEvent, StreamDecoder, whole_reply
+from mockllm.wire import render
+from mockllm.wire.anthropic import stream as anthropic_stream
+from mockllm.wire.anthropic.request import decode_request
+from mockllm.wire.anthropic.stream import AnthropicStreamDecoder
+from mockllm.wire.dialect import Dialect, SSEEvent, StreamDecoder, whole_reply
+from mockllm.wire.envelope import Envelope
 from mockllm.wire.render import CallRender, Ended, Reading, Run, read
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Request

@@ -5,7 +5,7 @@ first delta carries `role: "assistant"`; a tool call's identity (id, type, name)
 first fragment. Rendering is pure and runs once per entry wherever the bytes do not depend on the
 request.
 
-Requests are read in `chat_request`; a live stream is decoded back into chunks in `chat_stream`.
+Requests are read in `request`; a live stream is decoded back into chunks in `stream`.
 """
 
 from __future__ import annotations
@@ -24,10 +24,12 @@ from mockllm.dsh.chunks import (
     ToolCallDelta,
 )
 from mockllm.script.entries import Entry, ThrowEntry
-from mockllm.wire import chat_stream, render
-from mockllm.wire.chat_request import decode_request
-from mockllm.wire.chat_stream import ChatStreamDecoder
-from mockllm.wire.dialect import Dialect, Envelope, SSEEvent, StreamDecoder, whole_reply
+from mockllm.wire import render
+from mockllm.wire.chat import stream as chat_stream
+from mockllm.wire.chat.request import decode_request
+from mockllm.wire.chat.stream import ChatStreamDecoder
+from mockllm.wire.dialect import Dialect, SSEEvent, StreamDecoder, whole_reply
+from mockllm.wire.envelope import Envelope
 from mockllm.wire.render import CallRender, Ended, Reading, Run, read
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Request

@@ -39,9 +39,10 @@ import msgspec
 from mockllm.dsh.chunks import FinishChunk, TokenUsage
 from mockllm.script.entries import ThrowEntry
 from mockllm.wire import render
-from mockllm.wire.dialect import Dialect, Envelope, SSEEvent, StreamDecoder
-from mockllm.wire.gemini_request import decode_request, decode_routed
-from mockllm.wire.gemini_stream import FINISH_REASONS, GeminiStreamDecoder
+from mockllm.wire.dialect import Dialect, SSEEvent, StreamDecoder
+from mockllm.wire.envelope import Envelope
+from mockllm.wire.gemini.request import decode_request, decode_routed
+from mockllm.wire.gemini.stream import FINISH_REASONS, GeminiStreamDecoder
 from mockllm.wire.render import Ended, Reading, Run
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Request

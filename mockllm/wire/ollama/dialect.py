@@ -36,10 +36,11 @@ import msgspec
 from mockllm.dsh.chunks import FinishChunk, TokenUsage
 from mockllm.script.entries import ThrowEntry
 from mockllm.wire import render
-from mockllm.wire.dialect import Dialect, Envelope, FrameReader, InfoRoute, SSEEvent, StreamDecoder
-from mockllm.wire.ndjson import NDJSON, NDJSONReader, line
-from mockllm.wire.ollama_request import decode_request
-from mockllm.wire.ollama_stream import OllamaStreamDecoder
+from mockllm.wire.dialect import Dialect, FrameReader, InfoRoute, SSEEvent, StreamDecoder
+from mockllm.wire.envelope import Envelope
+from mockllm.wire.ollama.ndjson import NDJSON, NDJSONReader, line
+from mockllm.wire.ollama.request import decode_request
+from mockllm.wire.ollama.stream import OllamaStreamDecoder
 from mockllm.wire.render import Ended, Reading, Run
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Request

@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from mockllm.errors import RequestError
-from mockllm.wire.chat_request import text_of
+from mockllm.wire.chat.request import text_of
 from mockllm.wire.request import NO_TOOLS, Message, Request, ToolCall, tool_names
 
 _encode = msgspec.json.encode

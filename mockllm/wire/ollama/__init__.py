@@ -1,0 +1,10 @@
+"""Ollama (/api/chat, NDJSON): one dialect, one folder.
+
+`dialect` is its `Dialect` (routes, rendering an entry as its events, its error bodies), `request`
+reads its requests into the neutral `wire.request.Request`, and `stream` decodes a live upstream
+stream back into chunks, for record mode. `ndjson` is its line framing.
+"""
+
+from mockllm.wire.ollama.dialect import Ollama
+
+__all__ = ["Ollama"]

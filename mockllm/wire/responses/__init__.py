@@ -1,0 +1,10 @@
+"""OpenAI Responses: one dialect, one folder.
+
+`dialect` is its `Dialect` (routes, rendering an entry as its events, its error bodies), `request`
+reads its requests into the neutral `wire.request.Request`, and `stream` decodes a live upstream
+stream back into chunks, for record mode. `events` holds its event templates.
+"""
+
+from mockllm.wire.responses.dialect import Responses
+
+__all__ = ["Responses"]
