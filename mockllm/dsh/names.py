@@ -47,3 +47,5 @@ def child_file(number: int) -> str:
     return f"session.{number}.jsonl"
 # Anthropic's token counts (`POST /v1/messages/count_tokens`) as recorded: request and answer pairs.
 COUNT_TOKENS_FILE = "count_tokens.json"
+# Embeddings calls (OpenAI, Gemini, Ollama) as recorded: request and answer pairs, replayed by content.
+EMBEDDINGS_FILE = "embeddings.json"

@@ -41,6 +41,7 @@ from mockllm.record.upstream import Exchange, Upstream
 from mockllm.replay.binding import Binding
 from mockllm.replay.outcome import Live
 from mockllm.scenario.count_tokens import read_counts, request_key, write_counts
+from mockllm.scenario.embeddings import RecordedEmbedding, call_of, read_embeddings, write_embeddings
 from mockllm.scenario.load import Scenario
 from mockllm.script.entries import ChunksEntry, Entry
 from mockllm.wire.dialect import Dialect
@@ -61,6 +62,7 @@ class EpisodeRecording(RunRecording):
         self._arrivals = 0
         self.counts: dict[bytes, tuple[Any, Any]] = {}  # new count_tokens (request, answer) by request, masked
         self.side_calls: dict[str, list[ObservedCall]] = {}  # by side route model: calls past its script's end
+        self.embedded: dict[bytes, RecordedEmbedding] = {}  # new embeddings calls by content, masked
 
     @property
     def forwarder(self) -> Forwarder:
@@ -109,9 +111,14 @@ class EpisodeRecording(RunRecording):
         request, response = self.redactor.value(request), self.redactor.value(response)
         self.counts.setdefault(request_key(request), (request, response))  # asked again: the first answer serves
 
+    def _keep_embedding(self, pair: RecordedEmbedding) -> None:
+        pair = RecordedEmbedding(pair.api, pair.model, self.redactor.value(pair.request), pair.response)
+        self.embedded.setdefault(call_of(pair.api, pair.model, pair.request).key, pair)
+
     @property
     def recorded(self) -> bool:
-        return any(s.calls for s in self.sessions.values()) or bool(self.counts) or bool(self.side_calls)
+        return (any(s.calls for s in self.sessions.values()) or bool(self.counts) or bool(self.side_calls)
+                or bool(self.embedded))
 
     def _write(self) -> str:
         shutil.copytree(self.folder, self.staging, copy_function=shutil.copy2)
@@ -151,9 +158,15 @@ class EpisodeRecording(RunRecording):
             kept = {request_key(p.request): (p.request, p.response) for p in read_counts(self.staging)}
             new = {k: pair for k, pair in self.counts.items() if k not in kept}
             write_counts(self.staging, list({**kept, **new}.values()))
+        if self.embedded:  # the calls it had, then the new ones
+            had = read_embeddings(self.staging)
+            pairs = list(had.recorded) if had is not None else []
+            known = {call_of(p.api, p.model, p.request).key for p in pairs}
+            write_embeddings(self.staging, pairs + [p for k, p in self.embedded.items() if k not in known])
         parts = [f"continued {', '.join(continued)}" if continued else "",
                  f"added {', '.join(added)}" if added else "",
-                 f"added {len(self.counts)} count_tokens answer(s)" if self.counts else ""]
+                 f"added {len(self.counts)} count_tokens answer(s)" if self.counts else "",
+                 f"added {len(self.embedded)} embeddings call(s)" if self.embedded else ""]
         return f"rewrote {self.folder} with {self.live_calls} live call(s): " + "; ".join(p for p in parts if p)
 
     def _parent_of(self, session: LiveSession, written: Mapping[str, Path]) -> tuple[str, Path | None]:

@@ -33,8 +33,10 @@ from mockllm.record.tree import Caller, Lineage, SessionTree
 from mockllm.record.upstream import Exchange, Upstream
 from mockllm.replay.conversations import ConversationIndex
 from mockllm.replay.routing import calling_session, header_session
+from mockllm.scenario.embeddings import RecordedEmbedding
 from mockllm.wire import DIALECTS
 from mockllm.wire.dialect import Dialect
+from mockllm.wire.embeddings import EMBEDDINGS_APIS, EmbeddingsAPI
 from mockllm.wire.request import Request, system_text
 
 log = logging.getLogger("mockllm.record.command")
@@ -122,6 +124,19 @@ class Recorder:
                 log.warning("%s: count not recorded: %s", request.path, exc)
         return response
 
+    async def embeddings(self, request: web.Request, api: EmbeddingsAPI) -> web.StreamResponse:
+        """Forward an embeddings call; the answer goes back as it came, and an answer the upstream gave
+        (a 200) is kept in the tree's `embeddings.json`."""
+        body = await request.read()
+        response = await self.forwarder.forward(request, self.upstream_url(request.path_qs), body, None, None)
+        pair = embedded_pair(api, request.match_info, body, response)
+        if pair is not None:
+            try:
+                self.tree.record_embedding(pair)
+            except RecordError as exc:  # it ended after the recording closed: the client has its answer still
+                log.warning("%s: embeddings not recorded: %s", request.path, exc)
+        return response
+
     def upstream_url(self, path_qs: str) -> str:
         """Where a path of the proxy goes upstream: under `/v1`, the upstream base plus the rest;
         beside it (`/v1beta/…`, `/api/…`), the upstream base without its `/v1` plus the whole path."""
@@ -153,6 +168,20 @@ def counted_pair(body: bytes, response: web.StreamResponse) -> tuple[Any, Any] |
         return None
 
 
+def embedded_pair(api: EmbeddingsAPI, params: Mapping[str, str], body: bytes,
+                  response: web.StreamResponse) -> RecordedEmbedding | None:
+    """A forwarded embeddings call as recorded, when the upstream answered it (a 200 with a JSON body);
+    None otherwise (an error, an unreachable upstream, a body no replay could match)."""
+    if response.status != 200 or not isinstance(response, web.Response) or not isinstance(response.body, bytes):
+        return None
+    try:
+        call, request = api.read(body, params)
+        answer = msgspec.json.decode(response.body)
+    except (RequestError, msgspec.DecodeError):
+        return None
+    return RecordedEmbedding(api.name, call.model, request, answer) if isinstance(answer, dict) else None
+
+
 def lineage_of(headers: Mapping[str, str]) -> Lineage:
     """What a call's headers say of its session's lineage (`x-mockllm-parent`, `x-mockllm-fork`)."""
     return Lineage(headers.get(PARENT_HEADER) or None,
@@ -162,11 +191,21 @@ def lineage_of(headers: Mapping[str, str]) -> Lineage:
 def create_app(recorder: Recorder) -> web.Application:
     app = web.Application(client_max_size=1024**3)
     app.router.add_post(COUNT_TOKENS_ROUTE, recorder.count_tokens)
+    for api in EMBEDDINGS_APIS:  # before the dialects': Gemini's `{model}:{verb}` would take its routes
+        for route in api.routes:
+            app.router.add_post(route, _embeddings_handler(recorder, api))
     for dialect in DIALECTS:
         for route in dialect.routes:
             app.router.add_post(route, _handler(recorder, dialect))
     app.router.add_route("*", "/{tail:.*}", _handler(recorder, None))
     return app
+
+
+def _embeddings_handler(recorder: Recorder, api: EmbeddingsAPI) -> Any:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return await recorder.embeddings(request, api)
+
+    return handle
 
 
 def _handler(recorder: Recorder, dialect: Dialect | None) -> Any:

@@ -39,20 +39,22 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from mockllm.dsh.names import MANIFEST_FILE, PRIMARY_FILE, SIDECAR_FILE
+from mockllm.dsh.names import EMBEDDINGS_FILE, MANIFEST_FILE, PRIMARY_FILE, SIDECAR_FILE
 from mockllm.errors import AlreadyRecorded, RecordError
 from mockllm.options import parse_upstream
 from mockllm.record.forward import Forwarder, OnFailure
-from mockllm.record.proxy import Recorder, counted_pair, upstream_url
+from mockllm.record.proxy import Recorder, counted_pair, embedded_pair, upstream_url
 from mockllm.record.redact import Redactor
 from mockllm.record.side import write_json
 from mockllm.record.tree import Caller, SessionTree
 from mockllm.record.upstream import Exchange, Upstream
 from mockllm.replay.outcome import Live
 from mockllm.replay.report import RecordingReport
+from mockllm.scenario.embeddings import RecordedEmbedding
 from mockllm.scenario.side_routes import SideRouteSpec
 from mockllm.wire import DIALECTS
 from mockllm.wire.dialect import Dialect
+from mockllm.wire.embeddings import EmbeddingsAPI
 from mockllm.wire.request import Request
 
 ANTHROPIC = next(d for d in DIALECTS if d.name == "anthropic")  # count_tokens is Anthropic's
@@ -153,6 +155,23 @@ class RunRecording(ABC):
         finally:
             self._calling -= 1
 
+    async def embeddings(self, request: web.Request, path: str, body: bytes, api: EmbeddingsAPI) -> web.StreamResponse:
+        """Forward an embeddings call (`path` as for `call`) to its provider's upstream; an answer it
+        gave is kept (`_keep_embedding`) and written with the recording. A failed one is passed back
+        and not kept: the client sees the upstream's error, as it would have without mockllm."""
+        url = self._url(api.dialect, path)
+        if url is None:
+            return _no_upstream_response(api.dialect)
+        self._calling += 1
+        try:
+            response = await self.forwarder.forward(request, url, body, None, None)
+            pair = embedded_pair(api, request.match_info, body, response)
+            if pair is not None:
+                self._keep_embedding(pair)
+            return response
+        finally:
+            self._calling -= 1
+
     def _url(self, dialect: Dialect, path: str) -> str | None:
         """Where a call under the base root goes upstream; None when no upstream is given for it."""
         base = self.upstreams.base_for(dialect)
@@ -165,6 +184,10 @@ class RunRecording(ABC):
     @abstractmethod
     def _keep_count(self, request: Any, response: Any) -> None:
         """Keep a `count_tokens` request and the upstream's count for the recording."""
+
+    @abstractmethod
+    def _keep_embedding(self, pair: RecordedEmbedding) -> None:
+        """Keep an embeddings call the upstream answered for the recording."""
 
     @abstractmethod
     async def _forward(self, request: web.Request, url: str, body: bytes, dialect: Dialect, neutral: Request,
@@ -262,9 +285,12 @@ class TreeRecording(RunRecording):
     def _keep_count(self, request: Any, response: Any) -> None:
         self.tree.record_count(request, response)
 
+    def _keep_embedding(self, pair: RecordedEmbedding) -> None:
+        self.tree.record_embedding(pair)
+
     @property
     def recorded(self) -> bool:
-        return bool(self.tree.sessions) or bool(self.tree.side.files)
+        return bool(self.tree.sessions) or bool(self.tree.side.files) or bool(self.tree.embeddings)
 
     def _write(self) -> str:
         self.tree.close()
@@ -272,8 +298,9 @@ class TreeRecording(RunRecording):
             raise RecordError(f"{len(self.tree.failures)} write(s) failed: {self.tree.failures[0]}")
         sessions = [s.file for s in self.tree.sessions.values()]
         side = f" and side route(s) {', '.join(self.tree.side.files)}" if self.tree.side.files else ""
-        return f"recorded {len(sessions)} session(s) ({', '.join(sessions)}){side}, {self.live_calls} call(s), " \
-               f"in {self.folder}"
+        embedded = f", {len(self.tree.embeddings)} embeddings call(s)" if self.tree.embeddings else ""
+        return f"recorded {len(sessions)} session(s) ({', '.join(sessions)}){side}, {self.live_calls} call(s)" \
+               f"{embedded}, in {self.folder}"
 
     def discard(self) -> None:
         self.tree.abandon()
@@ -305,7 +332,7 @@ def stamp(folder: Path, mode: str, hosts: list[str]) -> None:
 def publish(staging: Path, folder: Path, *, replace: bool) -> None:
     """Rename a written recording into place; a scenario already there is renamed away first (then
     removed) when `replace`, else it stays and this is AlreadyRecorded."""
-    if not (staging / PRIMARY_FILE).is_file() and not (staging / SIDECAR_FILE).is_file():
+    if not any((staging / name).is_file() for name in (PRIMARY_FILE, SIDECAR_FILE, EMBEDDINGS_FILE)):
         raise RecordError(f"{staging}: the recording holds no {PRIMARY_FILE}")
     if not folder.exists():
         os.replace(staging, folder)

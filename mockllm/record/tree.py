@@ -40,7 +40,15 @@ import msgspec
 
 from mockllm.dsh.chunks import Failure, FinishChunk, FinishReason, StreamChunk
 from mockllm.dsh.header import InheritedEventCount, SessionHeader
-from mockllm.dsh.names import COUNT_TOKENS_FILE, LOG_PREFIX, MANIFEST_FILE, PRIMARY_FILE, SIDECAR_FILE, child_file
+from mockllm.dsh.names import (
+    COUNT_TOKENS_FILE,
+    EMBEDDINGS_FILE,
+    LOG_PREFIX,
+    MANIFEST_FILE,
+    PRIMARY_FILE,
+    SIDECAR_FILE,
+    child_file,
+)
 from mockllm.dsh.reader import Event
 from mockllm.dsh.writer import EventLike, SessionWriter
 from mockllm.errors import AlreadyRecorded, RecordError
@@ -50,6 +58,7 @@ from mockllm.record.lineage import Layout, SessionFacts, facts_of, lay_out
 from mockllm.record.redact import Redactor, redact_chunks
 from mockllm.record.side import SIDE_PREFIX, SideRoutes, write_json
 from mockllm.scenario.count_tokens import request_key, write_counts
+from mockllm.scenario.embeddings import RecordedEmbedding, call_of, write_embeddings
 from mockllm.script.entries import ChunksEntry, Entry, ThrowEntry
 from mockllm.script.templates import CWD
 
@@ -117,10 +126,11 @@ class SessionTree:
         self._arrivals = 0
         self.side = SideRoutes(out, side_routes, self._submit, repeating)
         self.counts: dict[bytes, tuple[Any, Any]] = {}  # count_tokens (request, answer) by request, as written
+        self.embeddings: dict[bytes, RecordedEmbedding] = {}  # embeddings calls by content, as written
         try:
             out.mkdir(parents=True, exist_ok=True)
             taken = [p.name for p in out.iterdir() if p.name.startswith((LOG_PREFIX, SIDE_PREFIX))
-                     or p.name in (SIDECAR_FILE, MANIFEST_FILE, COUNT_TOKENS_FILE)]
+                     or p.name in (SIDECAR_FILE, MANIFEST_FILE, COUNT_TOKENS_FILE, EMBEDDINGS_FILE)]
         except OSError as exc:
             raise RecordError(f"{out}: cannot record there ({exc.strerror or exc}); name a folder that can be "
                               "created, or a new or empty one") from None
@@ -201,6 +211,18 @@ class SessionTree:
             return
         self.counts[key] = (request, response)
         self._submit(functools.partial(write_counts, durable=self.durable), self.out, list(self.counts.values()))
+
+    def record_embedding(self, pair: RecordedEmbedding) -> None:
+        """An embeddings call the upstream answered: kept once per content (the request's secrets masked,
+        the answer as sent), and `embeddings.json` rewritten on the writer thread, as counts are."""
+        self._open()
+        pair = RecordedEmbedding(pair.api, pair.model, self.redactor.value(pair.request), pair.response)
+        key = call_of(pair.api, pair.model, pair.request).key
+        if key in self.embeddings:  # asked again (a query embedded twice): its first answer serves both
+            return
+        self.embeddings[key] = pair
+        self._submit(functools.partial(write_embeddings, durable=self.durable), self.out,
+                     list(self.embeddings.values()))
 
     async def flushed(self) -> None:
         """Wait until everything recorded so far is on disk."""

@@ -266,8 +266,8 @@ def build_report(run: Run) -> RunReport:
         failures_more=dict(run.failures.more),
         sessions=_sessions(run),
         divergences=[DivergenceReport(d.kind, d.file, d.live_id, d.call, d.what, d.expected, d.got, d.diff)
-                     for _, d in sorted(run.divergences.items())],
-        diverged_calls=run.diverged_calls,
+                     for d in [*(d for _, d in sorted(run.divergences.items())), *run.embedding_misses]],
+        diverged_calls=run.diverged_calls + len(run.embedding_misses),
         side_routes=_side_routes(run),
         held=[HeldCall(**held) for held in run.held],
         pacing=list(run.pacing.values()),

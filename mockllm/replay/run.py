@@ -69,6 +69,8 @@ class Run:
     default: bool = False  # a scenario's default run (/scenarios/{name}/v1): its errors say how to reset it
     divergences: dict[int, Divergence] = field(default_factory=dict)  # the first per script
     diverged_calls: int = 0
+    # Embeddings requests no recording answers (kind "embedding"): each is a divergence of its own.
+    embedding_misses: list[Divergence] = field(default_factory=list)
     # (file, call) -> how pacing served that call when it could not pace it as asked.
     pacing: dict[tuple[str, int], PacingNote] = field(default_factory=dict)
     faults_served: list[FaultServed] = field(default_factory=list)  # each fault as it was served
@@ -338,6 +340,14 @@ class Run:
             if divergence is not None:
                 self._note(assigned.script, divergence)
                 record.diverged = divergence.what
+
+    def embedding_missed(self, api: str, model: str, got: str, nearest: str, file: str) -> Divergence:
+        """An embeddings request the recording has no answer for: noted as a divergence (the report
+        lists it, and it fails the run unless its divergence policy is "warn")."""
+        miss = Divergence("embedding", file, api, len(self.embedding_misses),
+                          f"an {api} request (model {model}) with no recorded answer", nearest, got, "")
+        self.embedding_misses.append(miss)
+        return miss
 
     def _note(self, script: int, divergence: Divergence) -> None:
         self.divergences.setdefault(script, divergence)

@@ -48,7 +48,7 @@ def read_counts(folder: Path) -> list[CountedRequest]:
 def load_counts(folder: Path, cwd: str | None = None) -> dict[bytes, bytes]:
     """The recorded counts of a scenario folder, by request key (`{{cwd}}` in a recorded request
     read as `cwd`, when given); none when it has no file."""
-    return {request_key(_with_cwd(p.request, cwd) if cwd else p.request): msgspec.json.encode(p.response)
+    return {request_key(with_cwd(p.request, cwd) if cwd else p.request): msgspec.json.encode(p.response)
             for p in read_counts(folder)}
 
 
@@ -69,11 +69,11 @@ def write_counts(folder: Path, pairs: list[tuple[Any, Any]], *, durable: bool = 
     os.replace(partial, path)
 
 
-def _with_cwd(value: Any, cwd: str) -> Any:
+def with_cwd(value: Any, cwd: str) -> Any:
     if isinstance(value, str):
         return value.replace(CWD, cwd)
     if isinstance(value, list):
-        return [_with_cwd(v, cwd) for v in value]
+        return [with_cwd(v, cwd) for v in value]
     if isinstance(value, dict):
-        return {k: _with_cwd(v, cwd) for k, v in value.items()}
+        return {k: with_cwd(v, cwd) for k, v in value.items()}
     return value

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from mockllm.dsh.header import SessionHeader, SessionKind
-from mockllm.dsh.names import CHILD_FILE, MANIFEST_FILE, PRIMARY_FILE, SIDECAR_FILE
+from mockllm.dsh.names import CHILD_FILE, EMBEDDINGS_FILE, MANIFEST_FILE, PRIMARY_FILE, SIDECAR_FILE
 from mockllm.dsh.reader import SessionLog, read_log
 from mockllm.errors import NotAScenarioError, RecordingError, ScenarioError
 from mockllm.scenario.count_tokens import load_counts, request_key
+from mockllm.scenario.embeddings import EmbeddingStore, read_embeddings
 from mockllm.scenario.side_routes import SideRoute, SideRouteSpec, load_side_route, read_manifest
 from mockllm.script.derive import Timing, call_timings, derive_script, recorded_model
 from mockllm.script.entries import Entry, tool_call_ids, tools_called
@@ -78,6 +79,7 @@ class Scenario:
     _tools: dict[tuple[int, int], tuple[str, ...]] = field(default_factory=dict)
     _ids: dict[int, frozenset[str]] = field(default_factory=dict)
     _counts: dict[str | None, dict[bytes, bytes]] = field(default_factory=dict)  # by the run's cwd
+    embeddings: EmbeddingStore | None = None  # its embeddings.json, read with the scenario
 
     def token_count(self, request: Any, cwd: str | None = None) -> bytes | None:
         """The recorded answer to a `count_tokens` request equal to `request` (`{{cwd}}` in recorded
@@ -144,7 +146,8 @@ def name_problem(name: str) -> str | None:
 
 
 def is_scenario(path: Path) -> bool:
-    return (path / PRIMARY_FILE).is_file() or (path / SIDECAR_FILE).is_file()
+    """A session log, a sidecar, or recorded embeddings alone (a retrieval test that made no model call)."""
+    return any((path / name).is_file() for name in (PRIMARY_FILE, SIDECAR_FILE, EMBEDDINGS_FILE))
 
 
 def session_files(path: Path) -> list[Path]:
@@ -219,6 +222,13 @@ def build_scenario(name: str, path: Path, primary: Path | None, children: Sequen
             sessions.insert(0, _override_only_primary(path, sidecar))
         except RecordingError as exc:
             problems.append(exc)
+    embeddings = None
+    try:
+        embeddings = read_embeddings(path)
+    except RecordingError as exc:
+        problems.append(exc)
+    if not sessions and not problems and embeddings is not None and primary is None and sidecar_file is None:
+        sessions.append(_embeddings_only_primary(path))
     if problems:
         raise ScenarioError(name, problems)
 
@@ -232,7 +242,7 @@ def build_scenario(name: str, path: Path, primary: Path | None, children: Sequen
                                                   f"side route model(s) declared twice: {', '.join(twice)}")])
     first, rest = sessions[0], sessions[1:]
     rest.sort(key=lambda s: (s.created_at, s.id))
-    return Scenario(name, path, [first, *rest], routes)
+    return Scenario(name, path, [first, *rest], routes, embeddings=embeddings)
 
 
 def load_suite(path: Path, *, keep_logs: bool = False, side_routes: Sequence[SideRouteSpec] = (),
@@ -286,6 +296,13 @@ def _session_script(file: Path, sidecar: Sidecar | None, keep_logs: bool, *, pri
         inputs=script.inputs, timed=script.timed, system=script.system, path=file,
         model=recorded_model(log), log=log if keep_logs else None,
     )
+
+
+def _embeddings_only_primary(path: Path) -> SessionScript:
+    """A scenario of embeddings alone still has a primary: one that made no model call, so it needs
+    no binding and a run that only embeds is consumed."""
+    return SessionScript(id=path.name, file=EMBEDDINGS_FILE, parent=None, kind="primary", cut=0, events=0,
+                         created_at=0, entries=[], header=None, model=None)
 
 
 def _override_only_primary(path: Path, sidecar: Sidecar) -> SessionScript:

@@ -28,6 +28,7 @@ from mockllm.replay.run import Run
 from mockllm.replay.runs import Runs
 from mockllm.scenario.load import Suite
 from mockllm.server.admin import Admin, read_body, scenario_error
+from mockllm.server.embeddings import EmbeddingsRoutes
 from mockllm.server.events import Hub
 from mockllm.server.inspector import Inspector
 from mockllm.server.live import LiveCalls
@@ -35,6 +36,7 @@ from mockllm.server.mock_errors import mock_error
 from mockllm.server.streaming import OutcomeWriter, Pacer
 from mockllm.wire import DEFAULT, DIALECTS
 from mockllm.wire.dialect import Dialect, InfoRoute
+from mockllm.wire.embeddings import EMBEDDINGS_APIS
 from mockllm.wire.models import ANTHROPIC_VERSION, models_body
 
 log = logging.getLogger("mockllm")
@@ -58,6 +60,7 @@ class MockServer:
         self.hub = Hub()  # the inspector page's live events
         self.runs.listener = self.hub.run_changed
         self.inspector = Inspector(suite, self.runs, self.hub)
+        self.embeddings = EmbeddingsRoutes(self._run_for, self.live, self.max_body)
 
     @property
     def pacer(self) -> Pacer:
@@ -252,7 +255,8 @@ async def _unknown_path(request: web.Request) -> web.Response:
     served = ", ".join([*(f"POST {root}{r}" for r in fixed),
                         f"GET {base}/models", f"POST {base}{COUNT_TOKENS}",
                         *(f"POST {root}{r}" for _, r in routes if r not in fixed),
-                        *(f"{i.method} {root}{i.path}" for d in DIALECTS for i in d.info_routes)])
+                        *(f"{i.method} {root}{i.path}" for d in DIALECTS for i in d.info_routes),
+                        *(f"POST {root}{r}" for api in EMBEDDINGS_APIS for r in api.routes)])
     message = f"no endpoint at {request.path}; under {base} mockllm serves {served}"
     if rest.startswith("/v1/"):
         message += (f". A client that adds /v1 itself (the Anthropic SDK) takes the base without it: "
@@ -296,6 +300,9 @@ def create_app(suite: Suite, options: ServeOptions | None = None) -> web.Applica
     app.on_shutdown.append(server.release_held)
     app.on_cleanup.append(server.close_live)
     for root in ROOTS:
+        for api in EMBEDDINGS_APIS:  # before the dialects': Gemini's `{model}:{verb}` would take its routes
+            for route in api.routes:
+                _add_routes(app, root + route, {"POST": server.embeddings.handler(api)}, api.dialect)
         for dialect in DIALECTS:
             for route in dialect.routes:
                 _add_routes(app, root + route, {"POST": server.model_route(dialect)}, dialect)

@@ -37,6 +37,7 @@ from mockllm.scenario.side_routes import SideRouteSpec
 from mockllm.server.mock_errors import mock_error
 from mockllm.wire import DEFAULT
 from mockllm.wire.dialect import Dialect
+from mockllm.wire.embeddings import EmbeddingsAPI
 from mockllm.wire.request import Request
 
 log = logging.getLogger("mockllm")
@@ -144,6 +145,15 @@ class LiveCalls:
         if recording is None:
             return None
         return await recording.count_tokens(request, _under_root(request), body)
+
+    async def embeddings(self, request: web.Request, run: Run, body: bytes,
+                         api: EmbeddingsAPI) -> web.StreamResponse | None:
+        """Send an embeddings call of a recording run upstream, keeping the answer for its recording;
+        None when the run records nothing (it only replays)."""
+        recording = self.recordings.get(run.id)
+        if recording is None:
+            return None
+        return await recording.embeddings(request, _under_root(request), body, api)
 
     async def end(self, run: Run, discard: str | None = None) -> RecordingReport | None:
         """The run ended: write its recording (unless `discard` says why not) and serve it from now on."""

@@ -1,0 +1,88 @@
+"""The embeddings routes' handler, beside the model routes: a recorded answer for a request with the
+same content; else, in a run that records, the upstream's (kept for its recording); else a 404 in
+the provider's error shape naming the nearest recorded input, noted as a divergence of the run.
+
+| the run | a recorded answer | none |
+| --- | --- | --- |
+| replays (`none`, `once` with a recording) | served | 404 `unrecorded_embedding`, a divergence |
+| `new_episodes` | served | sent upstream, kept |
+| records from scratch (`once` with none, `rewrite`) | sent upstream, kept | sent upstream, kept |
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from mockllm.dsh.names import EMBEDDINGS_FILE
+from mockllm.errors import RequestError
+from mockllm.replay.run import Run
+from mockllm.scenario.embeddings import input_text, short
+from mockllm.server.admin import read_body
+from mockllm.server.live import LiveCalls
+from mockllm.server.mock_errors import mock_error
+from mockllm.wire.dialect import Dialect
+from mockllm.wire.embeddings import EmbeddingsAPI
+
+log = logging.getLogger("mockllm")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+RunFor = Callable[[web.Request, Dialect], "Run | web.Response"]
+
+
+class EmbeddingsRoutes:
+    def __init__(self, run_for: RunFor, live: LiveCalls, max_body: int) -> None:
+        self.run_for = run_for  # the run a request's base names, or the error to answer
+        self.live = live
+        self.max_body = max_body
+
+    def handler(self, api: EmbeddingsAPI) -> Handler:
+        """The handler of `api`'s routes under every base."""
+
+        async def answer(request: web.Request) -> web.StreamResponse:
+            try:
+                return await self._answer(request, api)
+            except (asyncio.CancelledError, ConnectionResetError, web.HTTPException):
+                raise
+            except Exception as exc:  # a bug must not take the server down or leak into other runs
+                log.exception("internal error on %s %s", request.method, request.path)
+                return mock_error(500, "mockllm_internal_error", f"mockllm failed on this request: {exc!r}",
+                                  dialect=api.dialect)
+
+        return answer
+
+    async def _answer(self, request: web.Request, api: EmbeddingsAPI) -> web.StreamResponse:
+        dialect = api.dialect
+        run = self.run_for(request, dialect)
+        if not isinstance(run, Run):
+            return run
+        body = await read_body(request, self.max_body)
+        if body is None:
+            return mock_error(413, "request_too_large", f"request body over {self.max_body} bytes", dialect=dialect)
+        try:
+            call, decoded = api.read(body, request.match_info)
+        except RequestError as exc:
+            return mock_error(400, "invalid_request", f"run {run.id}: {exc}", dialect=dialect)
+        store = run.scenario.embeddings
+        if not run.recording and store is not None:  # a run recording from scratch asks the upstream every time
+            recorded = store.find(call, run.cwd)
+            if recorded is not None:
+                return web.Response(body=api.answer(recorded, decoded), content_type="application/json")
+        live = await self.live.embeddings(request, run, body, api)
+        if live is not None:
+            return live
+        texts = [input_text(i) for i in call.inputs]
+        got = short(" | ".join(texts))
+        if store is None:
+            nearest, where = "", f"scenario {run.scenario.name} has no {EMBEDDINGS_FILE}"
+        else:
+            nearest, where = store.nearest(call)
+        run.embedding_missed(api.name, call.model, got, nearest, EMBEDDINGS_FILE)
+        hint = f"nearest recorded input: {nearest!r} ({where})" if nearest else where
+        return mock_error(404, "unrecorded_embedding", (
+            f"run {run.id}: no recorded {api.name} request of scenario {run.scenario.name} has model {call.model} "
+            f"and these {len(texts)} input(s): {got!r}; {hint}. Record it (mockllm record, or a run with "
+            "record_mode new_episodes)"), dialect=dialect)

@@ -1,0 +1,223 @@
+"""Embeddings, OpenAI's: recorded by `mockllm record` through the official SDK against a scripted
+provider that knows nothing of mockllm (tests/scripted_embeddings.py), then replayed with the
+provider stopped: by content, in any order, as often as asked, float or base64 as the client asks;
+a miss is a 404 naming the nearest recorded input and a divergence of the run. Also the pure layer:
+what a request's content is, the file, its errors."""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+import mockllm
+from mockllm.dsh.names import EMBEDDINGS_FILE
+from mockllm.errors import RecordingError
+from mockllm.record.command import RecordOptions, start_recorder
+from mockllm.replay.report import RunNotClean
+from mockllm.scenario.embeddings import (
+    GEMINI_BATCH,
+    OLLAMA,
+    OLLAMA_LEGACY,
+    OPENAI,
+    BadEmbeddingRequest,
+    RecordedEmbedding,
+    call_of,
+    read_embeddings,
+    write_embeddings,
+)
+from mockllm.scenario.load import load_scenario
+from mockllm.wire.embeddings.openai import OpenAIEmbeddings, to_base64, to_floats
+from tests.scripted_embeddings import ScriptedEmbeddings, embed
+
+KEY = "sk-embed-do-not-record-0123456789"
+DOCS = ["Oslo has a harbour older than its cathedral.", "Figs grow in the squares of Palermo.",
+        "The bridge of Mostar is lit all night."]
+
+
+@pytest.fixture
+def upstream() -> Iterator[ScriptedEmbeddings]:
+    with ScriptedEmbeddings() as up:
+        yield up
+
+
+# --- the pure layer ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("api", "model", "a", "b"), [
+    (OPENAI, None, {"model": "m", "input": "hi"}, {"model": "m", "input": ["hi"], "encoding_format": "base64"}),
+    (OPENAI, None, {"model": "m", "input": [1, 2, 3]}, {"model": "m", "input": [[1, 2, 3]], "user": "u"}),
+    (OLLAMA, None, {"model": "m", "input": "hi"}, {"model": "m", "input": ["hi"], "keep_alive": "5m"}),
+    (GEMINI_BATCH, "e", {"requests": [{"model": "models/e", "content": {"parts": [{"text": "hi"}]}}]},
+     {"requests": [{"model": "models/other", "content": {"parts": [{"text": "hi"}]}}]}),
+], ids=["one-text-or-a-list-of-it", "one-token-array-or-a-list-of-it", "ollama-text-or-list", "gemini-path-model"])
+def test_requests_that_ask_the_same_vectors_compare_equal(api, model, a, b):
+    assert call_of(api, model, a).key == call_of(api, model, b).key
+
+
+@pytest.mark.parametrize(("api", "a", "b"), [
+    (OPENAI, {"model": "m", "input": "hi"}, {"model": "m2", "input": "hi"}),
+    (OPENAI, {"model": "m", "input": "hi"}, {"model": "m", "input": "hi", "dimensions": 8}),
+    (OPENAI, {"model": "m", "input": ["a", "b"]}, {"model": "m", "input": ["b", "a"]}),
+    (OLLAMA, {"model": "m", "input": "hi"}, {"model": "m", "input": "ho"}),
+    (OLLAMA_LEGACY, {"model": "m", "prompt": "hi"}, {"model": "m", "prompt": "hi "}),
+], ids=["model", "dimensions", "input-order", "ollama-input", "legacy-prompt"])
+def test_requests_that_ask_other_vectors_differ(api, a, b):
+    assert call_of(api, None, a).key != call_of(api, None, b).key
+
+
+@pytest.mark.parametrize(("api", "body", "words"), [
+    (OPENAI, {"input": "x"}, "names no model"),
+    (OPENAI, {"model": "m", "input": []}, "non-empty list"),
+    (OPENAI, {"model": "m", "input": 3}, "not a text"),
+    (OLLAMA_LEGACY, {"model": "m"}, "no prompt"),
+    (GEMINI_BATCH, {"model": "m", "requests": "x"}, "no list of requests"),
+    ("cohere/embed", {"model": "m"}, "unknown embeddings API"),
+    (OPENAI, [1], "not a JSON object"),
+], ids=["no-model", "empty", "number", "no-prompt", "no-requests", "unknown-api", "not-object"])
+def test_a_request_that_is_none_says_why(api, body, words):
+    with pytest.raises(BadEmbeddingRequest, match=words):
+        call_of(api, None, body)
+
+
+def test_base64_is_the_float32_bytes_and_reads_back_to_the_same_floats():
+    vector = embed("a harbour older than its cathedral")
+    assert base64.b64decode(to_base64(vector)) == struct.pack(f"<{len(vector)}f", *vector)
+    assert to_floats(to_base64(vector)) == vector
+
+
+def recorded(encoding: str) -> RecordedEmbedding:
+    vector = embed("hi")
+    wire: Any = to_base64(vector) if encoding == "base64" else vector
+    return RecordedEmbedding(OPENAI, "m", {"model": "m", "input": "hi", "encoding_format": encoding},
+                             {"object": "list", "model": "m-1", "data": [{"object": "embedding", "index": 0,
+                                                                         "embedding": wire}], "usage": {"x": 1}})
+
+
+@pytest.mark.parametrize("stored", ["float", "base64"])
+@pytest.mark.parametrize("asked", ["float", "base64", None])
+def test_an_openai_answer_is_written_in_the_encoding_asked_and_nothing_else_changes(stored, asked):
+    pair = recorded(stored)
+    request: dict[str, Any] = {"model": "m", "input": "hi"} | ({"encoding_format": asked} if asked else {})
+    answer = json.loads(OpenAIEmbeddings().answer(pair, request))
+    vector = answer["data"][0]["embedding"]
+    assert (to_floats(vector) if isinstance(vector, str) else vector) == embed("hi")
+    assert isinstance(vector, str) == (asked == "base64")
+    assert {k: v for k, v in answer.items() if k != "data"} == {"object": "list", "model": "m-1", "usage": {"x": 1}}
+    if (asked or "float") == stored:
+        assert answer == pair.response, "as recorded, byte for byte in value"
+
+
+def test_a_broken_file_names_itself_and_the_pair(tmp_path):
+    (tmp_path / EMBEDDINGS_FILE).write_text('[{"api": "openai/embeddings", "model": "m"}]')
+    with pytest.raises(RecordingError, match=r"embeddings\.json: not a list of .*request"):
+        read_embeddings(tmp_path)
+    write_embeddings(tmp_path, [recorded("float"), RecordedEmbedding(OPENAI, "m", {"model": "m"}, {})])
+    with pytest.raises(RecordingError, match=r"embeddings\.json: pair 2 \(`\$\[1\]`\): the input is not"):
+        read_embeddings(tmp_path)
+
+
+def test_a_folder_with_only_embeddings_is_a_scenario_with_no_model_call(tmp_path):
+    write_embeddings(tmp_path, [recorded("float")])
+    scenario = load_scenario(tmp_path)
+    assert [len(s.entries) for s in scenario.sessions] == [0]
+    assert scenario.embeddings is not None and len(scenario.embeddings) == 1
+
+
+# --- recorded and replayed through the SDK -------------------------------------------------------
+
+
+def no_key_in(folder: Path) -> None:
+    assert not [p for p in folder.rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()], "no key written"
+
+
+async def embed_all(client: openai.AsyncOpenAI) -> dict[str, Any]:
+    """Every form of request the SDK sends: what each gave."""
+    floats = await client.embeddings.create(model="text-embedding-3-small", input=DOCS, encoding_format="float")
+    # no encoding_format: the SDK asks base64 and decodes it
+    default = await client.embeddings.create(model="text-embedding-3-small", input=DOCS[0])
+    raw = await client.embeddings.create(model="text-embedding-3-small", input="figs", encoding_format="base64")
+    tokens = await client.embeddings.create(model="text-embedding-3-small", input=[[9906, 1917], [15339]],
+                                            encoding_format="float")
+    short = await client.embeddings.create(model="text-embedding-3-large", input=DOCS[1], dimensions=4,
+                                           encoding_format="float")
+    return {"floats": [d.embedding for d in floats.data], "default": default.data[0].embedding,
+            "raw": raw.data[0].embedding, "tokens": [d.embedding for d in tokens.data],
+            "short": short.data[0].embedding, "model": floats.model, "usage": floats.usage.total_tokens}
+
+
+async def test_mockllm_record_keeps_openai_embeddings_and_a_replay_serves_them_offline(upstream, tmp_path):
+    out = tmp_path / "retrieval"
+    async with await start_recorder(RecordOptions(upstream.url, out, port=0)) as recorder, \
+            openai.AsyncOpenAI(base_url=recorder.base_url + "/v1", api_key=KEY, max_retries=0) as client:
+        live = await embed_all(client)
+        await client.embeddings.create(model="text-embedding-3-small", input=DOCS, encoding_format="float")
+        await recorder.tree.flushed()
+        assert len(json.loads((out / EMBEDDINGS_FILE).read_text())) == 5, "on disk as it goes; a repeat kept once"
+    assert live["floats"] == [embed(d) for d in DOCS]
+    assert live["default"] == embed(DOCS[0]) and live["tokens"][0] == embed("9906 1917")
+    assert len(live["short"]) == 4
+    assert len(upstream.requests("/v1/embeddings")) == 6, "every call went upstream"
+    assert KEY in upstream.received[-1]["headers"]["Authorization"], "the key is forwarded"
+    no_key_in(out)
+    pairs = json.loads((out / EMBEDDINGS_FILE).read_text())
+    assert pairs[1]["request"]["encoding_format"] == "base64" and isinstance(
+        pairs[1]["response"]["data"][0]["embedding"], str), "the provider's base64 kept as it sent it"
+    upstream.stop()
+
+    async with mockllm.AsyncServer(out) as server:
+        run = await server.run(out.name)
+        async with openai.AsyncOpenAI(base_url=run.base_url, api_key="x", max_retries=0) as client:
+            assert await embed_all(client) == live
+            again = await client.embeddings.create(model="text-embedding-3-small", input=DOCS[0])
+            assert again.data[0].embedding == live["default"], "as often as asked"
+            # the other encoding than recorded: base64 recorded, floats asked; floats recorded, base64 asked
+            asked = await client.embeddings.create(model="text-embedding-3-small", input=DOCS[0],
+                                                   encoding_format="float")
+            assert asked.data[0].embedding == live["default"]
+            both = await client.embeddings.create(model="text-embedding-3-small", input=DOCS)
+            assert [d.embedding for d in both.data] == live["floats"]
+        await run.assert_consumed()
+        await run.end()
+
+
+async def test_an_unrecorded_input_is_a_404_naming_the_nearest_and_a_divergence(tmp_path):
+    out = tmp_path / "miss"
+    out.mkdir()
+    write_embeddings(out, [RecordedEmbedding(OPENAI, "m", {"model": "m", "input": d}, {
+        "object": "list", "data": [{"object": "embedding", "index": 0, "embedding": embed(d)}]}) for d in DOCS])
+    async with mockllm.AsyncServer(out) as server:
+        run = await server.run(out.name)
+        async with openai.AsyncOpenAI(base_url=run.base_url, api_key="x", max_retries=0) as client:
+            with pytest.raises(openai.NotFoundError) as missed:
+                await client.embeddings.create(model="m", input="Figs grow in the squares of Naples.")
+            assert (await client.embeddings.create(model="m", input=DOCS[2])).data[0].embedding == embed(DOCS[2])
+        error = missed.value.body
+        assert error["code"] == "unrecorded_embedding"  # type: ignore[index]
+        assert "nearest recorded input: 'Figs grow in the squares of Palermo.'" in error["message"]  # type: ignore[index]
+        report = await run.report()
+        assert [(d.kind, d.session, d.got) for d in report.divergences] == [
+            ("embedding", EMBEDDINGS_FILE, "Figs grow in the squares of Naples.")]
+        assert report.diverged_calls == 1
+        with pytest.raises(RunNotClean, match="Palermo"):
+            await run.assert_consumed()
+        warned = await server.run(out.name, divergence="warn")
+        async with openai.AsyncOpenAI(base_url=warned.base_url, api_key="x", max_retries=0) as client:
+            with pytest.raises(openai.NotFoundError):
+                await client.embeddings.create(model="m", input="unheard of")
+        await warned.assert_consumed()  # under "warn" a miss is reported and fails nothing
+
+
+async def test_a_failed_embeddings_call_is_passed_back_and_not_recorded(upstream, tmp_path):
+    out = tmp_path / "failed"
+    async with await start_recorder(RecordOptions(upstream.url, out, port=0)) as recorder, \
+            openai.AsyncOpenAI(base_url=recorder.base_url + "/v1", api_key=KEY, max_retries=0) as client:
+        with pytest.raises(openai.InternalServerError):
+            await client.embeddings.create(model="m", input="FAIL please", encoding_format="float")
+    assert not (out / EMBEDDINGS_FILE).exists()
