@@ -17,6 +17,8 @@ import openai
 import pytest
 
 import mockllm
+from mockllm.cli.tree_view import run_inspect
+from mockllm.cli.validate import run_check
 from mockllm.dsh.names import EMBEDDINGS_FILE
 from mockllm.errors import RecordingError
 from mockllm.record.command import RecordOptions, start_recorder
@@ -221,3 +223,40 @@ async def test_a_failed_embeddings_call_is_passed_back_and_not_recorded(upstream
         with pytest.raises(openai.InternalServerError):
             await client.embeddings.create(model="m", input="FAIL please", encoding_format="float")
     assert not (out / EMBEDDINGS_FILE).exists()
+
+
+# --- inspect and check ---------------------------------------------------------------------------
+
+
+def test_inspect_shows_the_recorded_embeddings_and_check_passes_them(tmp_path, capsys):
+    folder = tmp_path / "suite" / "rag"
+    folder.mkdir(parents=True)
+    write_embeddings(folder, [recorded("float"), RecordedEmbedding(OLLAMA, "nomic", {"model": "nomic", "input": "x"},
+                                                                   {"embeddings": [[0.5]]})])
+    assert run_inspect(folder.parent, as_json=False) == 0
+    assert "embeddings: embeddings.json  (2 recorded calls: openai/embeddings 1, ollama/embed 1; model(s) m, nomic)" \
+        in capsys.readouterr().out
+    assert run_inspect(folder.parent, as_json=True) == 0
+    assert json.loads(capsys.readouterr().out)["scenarios"][0]["embeddings"] == {
+        "file": EMBEDDINGS_FILE, "calls": 2, "apis": {"openai/embeddings": 1, "ollama/embed": 1},
+        "models": ["m", "nomic"]}
+    assert run_check(folder.parent) == 0
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    ('{"api": "openai/embeddings"}', "not a list of"),
+    ('[{"api": "openai/embeddings", "model": "m", "request": {"model": "m"}, "response": {}}]',
+     "pair 1 (`$[0]`): the input is not a text"),
+    ('[{"api": "voyage", "model": "m", "request": {"model": "m"}, "response": {}}]', "unknown embeddings API 'voyage'"),
+    ('[{"api": "ollama/embeddings", "model": "m", "request": {"model": "m", "prompt": "p"}, "response": [1]}]',
+     "the response is not a JSON object"),
+], ids=["not-a-list", "no-input", "unknown-api", "response-not-object"])
+def test_check_and_inspect_name_a_broken_embeddings_file_and_what_is_wrong(tmp_path, capsys, content, problem):
+    folder = tmp_path / "rag"
+    folder.mkdir()
+    (folder / EMBEDDINGS_FILE).write_text(content)
+    assert run_check(folder) == 1
+    out = capsys.readouterr().out
+    assert f"{folder / EMBEDDINGS_FILE}: " in out and problem in out, out
+    assert run_inspect(folder, as_json=False) == 1
+    assert problem in capsys.readouterr().out

@@ -4,7 +4,8 @@ The human output is for reading at a glance; `--tree` draws each scenario as a p
 under the session that made them, box-drawing lines: `mockllm.inspector.tree`); `--json` is a fixed
 shape that external tools read:
 `{"scenarios":[{"name","sessions":[{"id","file","parent","kind","cut","events","entries"}]}]}`,
-plus `"side_routes": [{"model","file","repeat","entries"}]` on a scenario that declares any, and
+plus `"side_routes": [{"model","file","repeat","entries"}]` on a scenario that declares any,
+`"embeddings": {"file","calls","apis","models"}` on one that recorded embeddings, and
 a top-level `"broken"` list only when some scenario failed to load.
 """
 
@@ -126,6 +127,11 @@ def describe_scenario(scenario: Scenario) -> list[str]:
         lines.append(f"  side route: model {route.model} <- {route.file}  "
                      f"({counted(route.entries, 'entry', 'entries')}{repeat})")
         lines += describe_entries(side.entries)
+    if summary.embeddings is not None:
+        e = summary.embeddings
+        apis = ", ".join(f"{api} {n}" for api, n in e.apis.items())
+        lines.append(f"  embeddings: {e.file}  ({counted(e.calls, 'recorded call')}: {apis}; "
+                     f"model(s) {', '.join(e.models)})")
     return lines
 
 

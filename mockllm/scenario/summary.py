@@ -36,6 +36,13 @@ class SideRouteSummary(msgspec.Struct, frozen=True):
     entries: int
 
 
+class EmbeddingsSummary(msgspec.Struct, frozen=True):
+    file: str
+    calls: int  # request and answer pairs recorded
+    apis: dict[str, int]  # calls per API (`openai/embeddings`, ...)
+    models: list[str]
+
+
 class ScenarioSummary(msgspec.Struct, frozen=True, omit_defaults=True):
     name: str
     sessions: list[SessionSummary]
@@ -44,12 +51,18 @@ class ScenarioSummary(msgspec.Struct, frozen=True, omit_defaults=True):
     # How a record mode recorded it (`mockllm.json`'s "recorded": at, by, mode, upstream); left out
     # for a scenario recorded otherwise.
     recorded: dict[str, Any] | None = None
+    # Its embeddings.json, left out when it has none.
+    embeddings: EmbeddingsSummary | None = None
 
 
 def summarize(scenario: Scenario) -> ScenarioSummary:
     """The scenario's sessions, in script order, and its side routes."""
+    store = scenario.embeddings
+    embeddings = None if store is None else EmbeddingsSummary(
+        store.path.name, len(store), {api: sum(p.api == api for p in store.recorded)
+                                      for api in dict.fromkeys(p.api for p in store.recorded)}, store.models())
     return ScenarioSummary(scenario.name, [_session(s) for s in scenario.sessions],
-                           [_side_route(r) for r in scenario.side_routes], recorded_by(scenario.path))
+                           [_side_route(r) for r in scenario.side_routes], recorded_by(scenario.path), embeddings)
 
 
 def recorded_by(folder: Path) -> dict[str, Any] | None:
