@@ -38,6 +38,8 @@ from mockllm.scenario.load import load_scenario
 from mockllm.wire.embeddings.openai import OpenAIEmbeddings, to_base64, to_floats
 from tests.scripted_embeddings import ScriptedEmbeddings, embed
 
+pytest_plugins = ["pytester"]
+
 KEY = "sk-embed-do-not-record-0123456789"
 DOCS = ["Oslo has a harbour older than its cathedral.", "Figs grow in the squares of Palermo.",
         "The bridge of Mostar is lit all night."]
@@ -207,6 +209,8 @@ async def test_an_unrecorded_input_is_a_404_naming_the_nearest_and_a_divergence(
         assert [(d.kind, d.session, d.got) for d in report.divergences] == [
             ("embedding", EMBEDDINGS_FILE, "Figs grow in the squares of Naples.")]
         assert report.diverged_calls == 1
+        page = await run.report_html()  # the inspector's report shows it where it shows divergences
+        assert "embeddings.json" in page and "Figs grow in the squares of Naples." in page
         with pytest.raises(RunNotClean, match="Palermo"):
             await run.assert_consumed()
         warned = await server.run(out.name, divergence="warn")
@@ -260,3 +264,46 @@ def test_check_and_inspect_name_a_broken_embeddings_file_and_what_is_wrong(tmp_p
     assert f"{folder / EMBEDDINGS_FILE}: " in out and problem in out, out
     assert run_inspect(folder, as_json=False) == 1
     assert problem in capsys.readouterr().out
+
+
+# --- the pytest plugin ---------------------------------------------------------------------------
+
+PLUGIN_TESTS = '''
+import openai
+import pytest
+
+def embed(run, text):
+    with openai.OpenAI(base_url=run.base_url, api_key="unused", max_retries=0) as client:
+        return client.embeddings.create(model="m", input=text, encoding_format="float").data[0].embedding
+
+@pytest.mark.mockllm("rag")
+def test_recorded(mockllm_run):
+    assert embed(mockllm_run, "Oslo has a harbour older than its cathedral.") == EXPECTED
+
+@pytest.mark.mockllm("rag")
+def test_missed(mockllm_run):
+    with pytest.raises(openai.NotFoundError):
+        embed(mockllm_run, "Oslo has a harbor older than its cathedral?")
+
+@pytest.mark.mockllm("rag", divergence="warn")
+def test_missed_under_warn(mockllm_run):
+    with pytest.raises(openai.NotFoundError):
+        embed(mockllm_run, "Oslo has a harbor older than its cathedral?")
+'''
+
+
+def test_a_miss_fails_the_test_at_the_plugins_teardown_unless_divergence_is_warn(pytester: pytest.Pytester) -> None:
+    recordings = pytester.path / "recordings"
+    (recordings / "rag").mkdir(parents=True)
+    write_embeddings(recordings / "rag", [RecordedEmbedding(OPENAI, "m", {"model": "m", "input": d}, {
+        "object": "list", "data": [{"object": "embedding", "index": 0, "embedding": embed(d)}]}) for d in DOCS])
+    pytester.makeini(f"[pytest]\naddopts = --strict-markers -p no:asyncio\nmockllm_recordings = {recordings}\n")
+    pytester.makepyfile(f"EXPECTED = {embed(DOCS[0])!r}\n" + PLUGIN_TESTS)
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=3, errors=1)
+    result.stdout.fnmatch_lines([
+        "*ERROR at teardown of test_missed*",
+        "*session embeddings.json (live id openai/embeddings) call 1, an openai/embeddings request (model m) with no "
+        "recorded answer: expected 'Oslo has a harbour older than its cathedral.', got 'Oslo has a harbor older "
+        "than its cathedral?'*",
+    ])
