@@ -209,8 +209,12 @@ async def test_an_unrecorded_input_is_a_404_naming_the_nearest_and_a_divergence(
         assert [(d.kind, d.session, d.got) for d in report.divergences] == [
             ("embedding", EMBEDDINGS_FILE, "Figs grow in the squares of Naples.")]
         assert report.diverged_calls == 1
-        page = await run.report_html()  # the inspector's report shows it where it shows divergences
-        assert "embeddings.json" in page and "Figs grow in the squares of Naples." in page
+        journal = report.state["journal"]  # type: ignore[index]
+        assert [(r["dialect"], r["script"], r["call"], r["status"], r["error"]) for r in journal] == [
+            (OPENAI, EMBEDDINGS_FILE, 0, 404, "unrecorded_embedding"), (OPENAI, EMBEDDINGS_FILE, 2, 200, None)]
+        page = await run.report_html()  # the inspector: a lane of their own, the miss where divergences are
+        assert 'data-session="embeddings.json"' in page and "Figs grow in the squares of Naples." in page
+        assert 'data-lane="embeddings.json"' in page
         with pytest.raises(RunNotClean, match="Palermo"):
             await run.assert_consumed()
         warned = await server.run(out.name, divergence="warn")

@@ -70,3 +70,16 @@ async def test_a_langchain_retrieval_flow_is_recorded_and_replayed_offline(upstr
             assert await retrieve_and_answer(run.base_url, "x") == live
             await run.assert_consumed()
             await run.end()
+
+
+async def test_the_inspector_shows_a_runs_embeddings_calls_in_a_lane_of_their_own(upstream, tmp_path):
+    out = tmp_path / "rag"
+    async with await start_recorder(RecordOptions(upstream.url, out, port=0)) as recorder:
+        await retrieve_and_answer(recorder.base_url + "/v1", KEY)
+    upstream.stop()
+    async with mockllm.AsyncServer(out) as server:
+        run = await server.run(out.name)
+        await retrieve_and_answer(run.base_url, "x")
+        page = await run.report_html()
+    assert 'data-lane="embeddings.json"' in page and "answered by content, in any order" in page
+    assert 'data-lane="session.jsonl"' in page

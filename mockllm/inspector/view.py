@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from mockllm.dsh.names import EMBEDDINGS_FILE
 from mockllm.replay.report import DivergenceReport, Failure, RunState, SessionReport, SideRouteReport
 from mockllm.scenario.summary import ScenarioSummary, SessionSummary
 
@@ -39,7 +40,7 @@ class CallView:
 class Lane:
     key: str  # the recorded file; a side route's file; `live:<id>` for a session bound to no script
     title: str
-    kind: str  # primary, spawn, fork, side route, unrecorded
+    kind: str  # primary, spawn, fork, side route, embeddings, unrecorded
     summary: SessionSummary | None = None
     session: SessionReport | None = None
     side: SideRouteReport | None = None
@@ -111,6 +112,9 @@ def run_view(state: RunState, summary: ScenarioSummary | None = None, *, ended: 
     for index, record in enumerate(state.journal):
         script = record.get("script")
         key = script if isinstance(script, str) and script in lanes else f"live:{record.get('session')}"
+        if script == EMBEDDINGS_FILE and key not in lanes:  # embeddings calls: no session, a lane of their own
+            key = EMBEDDINGS_FILE
+            lanes[key] = Lane(key, key, "embeddings", bound="answered by content, in any order")
         if key not in lanes:
             live = str(record.get("session"))
             lanes[key] = Lane(key, f"live session {live}", "unrecorded", live_id=live,

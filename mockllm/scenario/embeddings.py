@@ -147,13 +147,13 @@ class EmbeddingStore:
     def __len__(self) -> int:
         return len(self.recorded)
 
-    def find(self, call: EmbeddingCall, cwd: str | None = None) -> RecordedEmbedding | None:
-        """The recorded answer to a request with `call`'s content; the first recorded when several are."""
+    def find(self, call: EmbeddingCall, cwd: str | None = None) -> int | None:
+        """Which recorded pair (0-based) answers a request with `call`'s content; the first recorded
+        when several do; None when none does."""
         index = self._by_cwd.get(cwd)
         if index is None:
             index = self._by_cwd[cwd] = self._index(cwd)
-        number = index.get(call.key)
-        return self.recorded[number] if number is not None else None
+        return index.get(call.key)
 
     def _index(self, cwd: str | None) -> dict[bytes, int]:
         index: dict[bytes, int] = {}

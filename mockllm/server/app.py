@@ -60,7 +60,7 @@ class MockServer:
         self.hub = Hub()  # the inspector page's live events
         self.runs.listener = self.hub.run_changed
         self.inspector = Inspector(suite, self.runs, self.hub)
-        self.embeddings = EmbeddingsRoutes(self._run_for, self.live, self.max_body)
+        self.embeddings = EmbeddingsRoutes(self._run_for, self.live, self.max_body, self.hub)
 
     @property
     def pacer(self) -> Pacer:

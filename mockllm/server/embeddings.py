@@ -19,9 +19,11 @@ from aiohttp import web
 
 from mockllm.dsh.names import EMBEDDINGS_FILE
 from mockllm.errors import RequestError
+from mockllm.replay.journal import CallRecord
 from mockllm.replay.run import Run
 from mockllm.scenario.embeddings import input_text, short
 from mockllm.server.admin import read_body
+from mockllm.server.events import Hub
 from mockllm.server.live import LiveCalls
 from mockllm.server.mock_errors import mock_error
 from mockllm.wire.dialect import Dialect
@@ -34,10 +36,11 @@ RunFor = Callable[[web.Request, Dialect], "Run | web.Response"]
 
 
 class EmbeddingsRoutes:
-    def __init__(self, run_for: RunFor, live: LiveCalls, max_body: int) -> None:
+    def __init__(self, run_for: RunFor, live: LiveCalls, max_body: int, hub: Hub) -> None:
         self.run_for = run_for  # the run a request's base names, or the error to answer
         self.live = live
         self.max_body = max_body
+        self.hub = hub  # an open inspector page hears of each call
 
     def handler(self, api: EmbeddingsAPI) -> Handler:
         """The handler of `api`'s routes under every base."""
@@ -62,17 +65,35 @@ class EmbeddingsRoutes:
         body = await read_body(request, self.max_body)
         if body is None:
             return mock_error(413, "request_too_large", f"request body over {self.max_body} bytes", dialect=dialect)
+        # In the run's journal beside its model calls (the inspector lists them in a lane of their own).
+        record = run.journal.record(api.name, "embeddings", False, request.raw_headers, body)
+        record.script, record.kind = EMBEDDINGS_FILE, "embedding"
+        try:
+            response = await self._served(request, api, run, body, record)
+        finally:
+            record.done()
+        record.status = response.status
+        if self.hub.watched:
+            self.hub.touched(run.id)
+        return response
+
+    async def _served(self, request: web.Request, api: EmbeddingsAPI, run: Run, body: bytes,
+                      record: CallRecord) -> web.StreamResponse:
+        dialect = api.dialect
         try:
             call, decoded = api.read(body, request.match_info)
         except RequestError as exc:
+            record.error = "invalid_request"
             return mock_error(400, "invalid_request", f"run {run.id}: {exc}", dialect=dialect)
         store = run.scenario.embeddings
         if not run.recording and store is not None:  # a run recording from scratch asks the upstream every time
-            recorded = store.find(call, run.cwd)
-            if recorded is not None:
-                return web.Response(body=api.answer(recorded, decoded), content_type="application/json")
+            number = store.find(call, run.cwd)
+            if number is not None:
+                record.call = number
+                return web.Response(body=api.answer(store.recorded[number], decoded), content_type="application/json")
         live = await self.live.embeddings(request, run, body, api)
         if live is not None:
+            record.kind = "live"
             return live
         texts = [input_text(i) for i in call.inputs]
         got = short(" | ".join(texts))
@@ -80,7 +101,8 @@ class EmbeddingsRoutes:
             nearest, where = "", f"scenario {run.scenario.name} has no {EMBEDDINGS_FILE}"
         else:
             nearest, where = store.nearest(call)
-        run.embedding_missed(api.name, call.model, got, nearest, EMBEDDINGS_FILE)
+        miss = run.embedding_missed(api.name, call.model, got, nearest, EMBEDDINGS_FILE)
+        record.call, record.error, record.diverged = miss.call, "unrecorded_embedding", miss.what
         hint = f"nearest recorded input: {nearest!r} ({where})" if nearest else where
         return mock_error(404, "unrecorded_embedding", (
             f"run {run.id}: no recorded {api.name} request of scenario {run.scenario.name} has model {call.model} "
