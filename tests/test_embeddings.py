@@ -6,9 +6,12 @@ what a request's content is, the file, its errors."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import signal
 import struct
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,7 @@ import openai
 import pytest
 
 import mockllm
+from mockllm.cli.main import main
 from mockllm.cli.tree_view import run_inspect
 from mockllm.cli.validate import run_check
 from mockllm.dsh.names import EMBEDDINGS_FILE
@@ -311,3 +315,34 @@ def test_a_miss_fails_the_test_at_the_plugins_teardown_unless_divergence_is_warn
         "recorded answer: expected 'Oslo has a harbour older than its cathedral.', got 'Oslo has a harbor older "
         "than its cathedral?'*",
     ])
+
+
+async def test_the_record_verb_keeps_an_embeddings_only_recording_that_check_passes_and_serve_replays(
+        upstream, tmp_path):
+    out = tmp_path / "indexed"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "mockllm.cli", "record", "--upstream", upstream.url, "--out", str(out), "--port", "0",
+        cwd=Path(__file__).resolve().parents[1], stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        assert process.stdout is not None
+        await asyncio.wait_for(process.stdout.readline(), 20)
+        base_url = (await process.stdout.readline()).decode().strip()
+        async with openai.AsyncOpenAI(base_url=base_url, api_key=KEY, max_retries=0) as client:
+            live = await client.embeddings.create(model="text-embedding-3-small", input=DOCS)
+        process.send_signal(signal.SIGINT)
+        rest, errors = await asyncio.wait_for(process.communicate(), 20)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode == 0, errors
+    assert "recorded no sessions and 1 embeddings call(s) (embeddings.json)" in rest.decode()
+    no_key_in(out)
+    assert main(["check", str(out)]) == 0
+    upstream.stop()
+    async with mockllm.AsyncServer(out) as server:
+        run = await server.run(out.name)
+        async with openai.AsyncOpenAI(base_url=run.base_url, api_key="x", max_retries=0) as client:
+            replayed = await client.embeddings.create(model="text-embedding-3-small", input=DOCS)
+        assert [d.embedding for d in replayed.data] == [d.embedding for d in live.data] == [embed(d) for d in DOCS]
+        await run.assert_consumed()

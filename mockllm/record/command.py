@@ -106,4 +106,6 @@ async def _record(options: RecordOptions) -> None:
     finally:
         tree = recorder.tree
         sessions = ", ".join([*(s.file for s in tree.sessions.values()), *tree.side.files]) or "no sessions"
+        if tree.embeddings:
+            sessions += f" and {len(tree.embeddings)} embeddings call(s) (embeddings.json)"
         print(f"mockllm stopped; recorded {sessions} in {options.out}", flush=True)
