@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import openai
 import pytest
 
@@ -346,3 +347,28 @@ async def test_the_record_verb_keeps_an_embeddings_only_recording_that_check_pas
             replayed = await client.embeddings.create(model="text-embedding-3-small", input=DOCS)
         assert [d.embedding for d in replayed.data] == [d.embedding for d in live.data] == [embed(d) for d in DOCS]
         await run.assert_consumed()
+
+
+@pytest.mark.parametrize(("path", "body", "status", "code", "shape"), [
+    ("/v1/embeddings", b"not json", 400, "invalid_request", "openai"),
+    ("/v1/embeddings", b'{"model": "m", "input": []}', 400, "invalid_request", "openai"),
+    ("/v1beta/models/e:batchEmbedContents", b'{"requests": 3}', 400, "invalid_request", "gemini"),
+    ("/api/embeddings", b'{"model": "m"}', 400, "invalid_request", "ollama"),
+    ("/api/embed", b'{"model": "m", "input": "never recorded"}', 404, "unrecorded_embedding", "ollama"),
+], ids=["not-json", "empty-input", "gemini-no-requests", "ollama-no-prompt", "ollama-miss"])
+async def test_bad_requests_are_answered_in_the_providers_shape_and_the_server_stays_up(
+        tmp_path, path, body, status, code, shape):
+    (tmp_path / "rag").mkdir()
+    write_embeddings(tmp_path / "rag", [recorded("float")])
+    async with mockllm.AsyncServer(tmp_path / "rag") as server, aiohttp.ClientSession() as http:
+        run = await server.run("rag")
+        async with http.post(run.root_url + path, data=body) as response:
+            answer = await response.json()
+            assert response.status == status and response.headers["x-should-retry"] == "false"
+        message = {"openai": lambda a: a["error"]["code"], "gemini": lambda a: a["error"]["details"][0]["reason"],
+                   "ollama": lambda a: a["code"]}[shape](answer)
+        assert message == code, answer
+        async with http.get(run.base_url + "/embeddings") as refused:
+            assert refused.status == 405
+        async with http.post(run.base_url + "/embeddings", json={"model": "m", "input": "hi"}) as served:
+            assert served.status == 200 and (await served.json())["data"][0]["embedding"] == embed("hi")
