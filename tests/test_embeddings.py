@@ -372,3 +372,18 @@ async def test_bad_requests_are_answered_in_the_providers_shape_and_the_server_s
             assert refused.status == 405
         async with http.post(run.base_url + "/embeddings", json={"model": "m", "input": "hi"}) as served:
             assert served.status == 200 and (await served.json())["data"][0]["embedding"] == embed("hi")
+
+
+def test_the_nearest_recorded_input_is_found_among_many_and_prefers_the_same_model(tmp_path):
+    texts = [f"chunk {n}: the ledger of warehouse {n * 7} lists {n % 13} crates of salt" for n in range(400)]
+    pairs = [RecordedEmbedding(OPENAI, "m", {"model": "m", "input": t}, {"data": []}) for t in texts]
+    pairs.append(RecordedEmbedding(OPENAI, "other", {"model": "other", "input": "Where do figs grow?"}, {"data": []}))
+    pairs.append(RecordedEmbedding(OPENAI, "m", {"model": "m", "input": "Where do the figs grow?"}, {"data": []}))
+    write_embeddings(tmp_path, pairs)
+    store = read_embeddings(tmp_path)
+    assert store is not None
+    asked = call_of(OPENAI, None, {"model": "m", "input": ["chunk 3: the ledger of warehouse 21 lists 3 crates of salt",
+                                                           "Where do figs grow?"]})
+    assert store.find(asked) is None
+    assert store.nearest(asked) == ("Where do the figs grow?", "openai/embeddings, model m")
+    assert store.find(call_of(OPENAI, None, {"model": "m", "input": texts[399]})) == 399

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -42,6 +42,7 @@ APIS = (OPENAI, GEMINI, GEMINI_BATCH, OLLAMA, OLLAMA_LEGACY)
 # Gemini's fields, beside the content, that change the vectors (per request in a batch).
 _GEMINI_OPTIONS = ("taskType", "title", "outputDimensionality")
 SHOWN = 120  # characters of an input a miss's message shows
+NEAREST_CANDIDATES = 32  # recorded inputs a miss compares closely (after a cheap bound over all)
 
 
 class RecordedEmbedding(msgspec.Struct, frozen=True):
@@ -169,11 +170,22 @@ class EmbeddingStore:
         recorded = [(c, input_text(i)) for c in self._calls for i in c.inputs]
         if not recorded:
             return "", f"{self.path.name} records no embeddings call"
-        texts = [input_text(i) for i in call.inputs]
-        known = {r for _, r in recorded}
-        wanted = next((t for t in texts if t not in known), texts[0] if texts else "")
         same = [(c, r) for c, r in recorded if c.api == call.api and c.model == call.model] or recorded
-        best, text = max(same, key=lambda cr: difflib.SequenceMatcher(None, wanted, cr[1], autojunk=False).ratio())
+        texts = [input_text(i) for i in call.inputs]
+        known = {r for _, r in same}  # every input known, in another batch or with other options: the first
+        wanted = next((t for t in texts if t not in known), texts[0] if texts else "")
+        matcher = difflib.SequenceMatcher(None, autojunk=False)
+        matcher.set_seq2(wanted)
+
+        def likeness(quick: bool) -> Callable[[tuple[EmbeddingCall, str]], float]:
+            def score(pair: tuple[EmbeddingCall, str]) -> float:
+                matcher.set_seq1(pair[1])
+                return matcher.quick_ratio() if quick else matcher.ratio()
+            return score
+
+        # A store holds thousands of chunks: the cheap bound first, the real ratio for the likeliest few.
+        likely = sorted(same, key=likeness(True), reverse=True)[:NEAREST_CANDIDATES]
+        best, text = max(likely, key=likeness(False))
         return short(text), f"{best.api}, model {best.model}" + (f", {best.options}" if best.options else "")
 
     def models(self) -> list[str]:
