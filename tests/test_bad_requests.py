@@ -103,10 +103,10 @@ async def test_huge_body_is_413(serve, scenario, monkeypatch):
     ("POST", "/v1/completions"),
     # (/v1/messages/batches, under Anthropic's route, answers in Anthropic's shape: test_beside_model_routes.py)
     ("POST", "/v1/responses/compact"),
-    ("POST", "/scenarios/s/v1/embeddings"),
+    ("POST", "/scenarios/s/v1/images/generations"),  # (embeddings are served: tests/test_embeddings.py)
     ("GET", "/_mockllm/nothing"),
     ("POST", "/runs/x/v2/chat/completions"),
-], ids=["root", "nope", "legacy-completions", "responses-compact", "embeddings",
+], ids=["root", "nope", "legacy-completions", "responses-compact", "images",
         "admin-unknown", "v2"])
 async def test_unknown_paths(serve, scenario, method, path):
     server = await serve(scenario)

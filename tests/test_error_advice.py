@@ -66,6 +66,6 @@ async def test_openai_agents_default_responses_path_is_served_and_others_named(s
         response = await c.responses.create(model="m", input="q")
         assert response.output_text == "first answer"
         with pytest.raises(openai.NotFoundError) as caught:
-            await c.embeddings.create(model="m", input="q")
+            await c.moderations.create(model="m", input="q")  # (embeddings are served: test_embeddings.py)
     assert ("under /scenarios/chat/v1 mockllm serves POST /scenarios/chat/v1/chat/completions, "
             "POST /scenarios/chat/v1/messages, POST /scenarios/chat/v1/responses") in caught.value.message
