@@ -102,6 +102,8 @@ class EmbeddingsRoutes:
         else:
             nearest, where = store.nearest(call)
         miss = run.embedding_missed(api.name, call.model, got, nearest, EMBEDDINGS_FILE)
+        # `call`: a hit names the recorded pair, a miss its number among the run's misses (as its divergence does,
+        # so the inspector links the two).
         record.call, record.error, record.diverged = miss.call, "unrecorded_embedding", miss.what
         hint = f"nearest recorded input: {nearest!r} ({where})" if nearest else where
         return mock_error(404, "unrecorded_embedding", (
