@@ -31,6 +31,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sybil import Document, Example, Sybil
 from sybil.parsers.markdown import CodeBlockParser, SkipParser
@@ -212,15 +213,13 @@ def example_env(bin_dir: Path, port: int) -> dict[str, str]:
     return env
 
 
-def evaluate(page: Path, place: Place) -> int:
-    """Run every example of `page` in order; the number run."""
+def evaluate(page: Path, place: Place) -> dict[str, Any]:
+    """Run every example of `page` in order; the namespace its Python blocks shared."""
     document = SYBIL.parse(page)
     document.namespace["__docs_place__"] = place
-    count = 0
     for example in document:
         example.evaluate()
-        count += 1
-    return count
+    return document.namespace
 
 
 def copy_recordings(folder: Path) -> Path:

@@ -9,10 +9,9 @@ into docs/, and links from the pages to files of the repository that are not pag
 from __future__ import annotations
 
 import re
+from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
-
-from html.parser import HTMLParser
 
 import markdown
 import pytest
