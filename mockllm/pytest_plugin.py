@@ -242,10 +242,11 @@ def _again(request: pytest.FixtureRequest, mode: str) -> str:
 
     config = request.config
     command = ["pytest", _invoked_path(config, request.node.nodeid), "--mockllm-record-mode", mode]
-    # Given upstreams are in the options already (a flag, or the ini): the command repeats none.
-    given = bool(serve_options(config).get("upstream"))
-    if not given:
-        command += ["--mockllm-upstream", EXAMPLE_UPSTREAM]
+    # Upstreams from the ini are read again when the command runs; flags are not: repeat those.
+    flags = config.getoption(PREFIX.replace("-", "_") + "upstream") or []
+    given = bool(flags or serve_options(config).get("upstream"))
+    for upstream in flags if given else [EXAMPLE_UPSTREAM]:
+        command += ["--mockllm-upstream", upstream]
     if in_ci() and not config.getoption(RECORD_IN_CI):
         command.append("--mockllm-record-in-ci")
     return "record this test again: " + shlex.join(command) + (upstream_note(()) if not given else "")

@@ -30,6 +30,8 @@ from tests.docs_examples import ROOT, bin_folder
 from tests.logbuilder import text_call, write_sessions
 from tests.scripted_upstream import ScriptedUpstream
 
+pytest_plugins = ["pytester"]
+
 
 @pytest.fixture
 def shell_env(tmp_path: Path) -> dict[str, str]:
@@ -138,3 +140,38 @@ def test_help_is_what_the_installed_command_prints(shell_env):
     out = subprocess.run([sys.executable, "-m", "mockllm", "record", "--help"], capture_output=True, text=True,
                          env=shell_env, check=True).stdout
     assert "docs/record.md" in out
+
+
+PLUGIN_TEST = '''
+import pytest
+from openai import OpenAI
+
+
+@pytest.mark.mockllm()
+def test_greeting(mockllm_run):
+    client = OpenAI(base_url=mockllm_run.base_url, api_key="unused")
+    reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    assert reply.choices[0].message.content == "echo: hi"
+'''
+
+
+def test_the_plugins_advice_records_the_test_when_pasted(pytester: pytest.Pytester, shell_env, monkeypatch):
+    monkeypatch.delenv("CI", raising=False)
+    pytester.makeini("[pytest]\naddopts = -p no:asyncio -p no:cacheprovider\n")
+    pytester.mkdir("tests").joinpath("test_agent.py").write_text(PLUGIN_TEST)
+    with ScriptedUpstream() as upstream:
+        # No recording yet, record mode none: the test fails, naming the command; the upstream was
+        # given as a flag, which the pasted command must repeat.
+        result = pytester.runpytest("tests", f"--mockllm-upstream={upstream.url}")
+        result.assert_outcomes(errors=1)
+        found = re.search(r"record this test again: (pytest \S+ .*)$", result.stdout.str(), re.MULTILINE)
+        assert found, result.stdout.str()
+        command = found.group(1)
+        assert f"--mockllm-upstream {upstream.url}" in command
+        env = {k: v for k, v in shell_env.items() if k != "CI" and not k.startswith("PYTEST_")}
+        env.update(PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", PYTEST_PLUGINS="mockllm.pytest_plugin")
+        pasted_run = subprocess.run(["bash", "-c", command], cwd=pytester.path, env=env, capture_output=True,
+                                    text=True, timeout=120)
+    assert pasted_run.returncode == 0, pasted_run.stdout + pasted_run.stderr
+    assert (pytester.path / "recordings" / "test_agent" / "test_greeting" / "session.jsonl").is_file()
+    pytester.runpytest("tests").assert_outcomes(passed=1)  # and it replays, offline
