@@ -95,3 +95,15 @@ def test_the_readme_starts_with_the_two_set_up_commands_and_stays_short() -> Non
     assert len(lines) <= 152, "the front page is a front page: move the detail into docs/"
     ci = (ROOT / ".ci" / "run").read_text()
     assert "pip install -e '.[test]' && python3 -m pytest" in ci
+
+
+def test_every_flag_of_every_verb_is_on_the_cli_page() -> None:
+    """The CLI page is where options are looked up: a flag added to a verb is documented there too."""
+    from mockllm.cli.main import _parser
+
+    page = (ROOT / "docs" / "cli.md").read_text()
+    verbs = next(a for a in _parser()._actions if a.dest == "verb")
+    missing = {name: [flag for action in verb._actions for flag in action.option_strings
+                      if flag.startswith("--") and flag != "--help" and f"`{flag}" not in page and f"{flag} " not in page]
+               for name, verb in verbs.choices.items()}  # type: ignore[union-attr]
+    assert not any(missing.values()), f"document these flags in docs/cli.md: {missing}"
