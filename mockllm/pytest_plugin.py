@@ -238,13 +238,26 @@ def save_report(item: pytest.Item | pytest.FixtureRequest, run: RunHandle) -> st
 
 def _again(request: pytest.FixtureRequest, mode: str) -> str:
     """The command that records this test again (`mode`: once for a test with no recording)."""
+    from mockllm.server.advice import EXAMPLE_UPSTREAM, upstream_note
+
     config = request.config
-    command = ["pytest", request.node.nodeid, "--mockllm-record-mode", mode]
-    if not serve_options(config).get("upstream"):
-        command += ["--mockllm-upstream", "URL"]
+    command = ["pytest", _invoked_path(config, request.node.nodeid), "--mockllm-record-mode", mode]
+    # Upstreams from the ini are read again when the command runs; flags are not: repeat those.
+    flags = config.getoption(PREFIX.replace("-", "_") + "upstream") or []
+    given = bool(flags or serve_options(config).get("upstream"))
+    for upstream in flags if given else [EXAMPLE_UPSTREAM]:
+        command += ["--mockllm-upstream", upstream]
     if in_ci() and not config.getoption(RECORD_IN_CI):
         command.append("--mockllm-record-in-ci")
-    return "record this test again: " + " ".join(a if a == "URL" else shlex.quote(a) for a in command)
+    return "record this test again: " + shlex.join(command) + (upstream_note(()) if not given else "")
+
+
+def _invoked_path(config: pytest.Config, nodeid: str) -> str:
+    """`nodeid` as a path from the folder pytest was started in (a node id is relative to the
+    rootdir, and the two differ when pytest runs from a sub-folder), so the command pastes there."""
+    file, sep, rest = nodeid.partition("::")
+    path = os.path.relpath(config.rootpath / file, config.invocation_params.dir)
+    return Path(path).as_posix() + sep + rest
 
 
 def _marker(marker: pytest.Mark | None, server: Server, item: pytest.Item) -> tuple[str, bool, dict[str, Any]]:

@@ -50,8 +50,8 @@ async def test_a_spent_default_run_says_how_to_start_over(serve, one_session):
     run = scenario["default_run"]
     assert run is not None
     assert caught.value.status_code == 410
-    assert (f"This is scenario chat's default run, and it is spent: start over with DELETE /_mockllm/runs/{run}"
-            in caught.value.message)
+    assert (f"This is scenario chat's default run, and it is spent: start over with curl -X DELETE "
+            f"{server.base_url}/_mockllm/runs/{run}" in caught.value.message)
     # And it does start over.
     assert (await http("DELETE", f"{server.base_url}/_mockllm/runs/{run}"))[0] == 200
     async with client(base, {"x-mockllm-session": "p"}) as c:

@@ -110,7 +110,9 @@ def test_a_record_mode_needs_an_upstream(tmp_path):
     with mockllm.Server(tmp_path / "recordings", record_mode="once") as server, \
             pytest.raises(mockllm.AdminError) as refused:
         server.run("new")
-    assert refused.value.status == 400 and "--upstream URL" in refused.value.message
+    assert refused.value.status == 400
+    assert f"mockllm serve {tmp_path / 'recordings'} --upstream https://api.openai.com/v1 --record-mode once" \
+        in refused.value.message
 
 
 def test_rewrite_records_every_run_anew_and_replaces_the_scenario(upstream, tmp_path):

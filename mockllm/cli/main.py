@@ -9,9 +9,24 @@ from pathlib import Path
 from mockllm.options import add_arguments, from_arguments
 from mockllm.scenario.side_routes import SideRouteSpec, parse_side_route
 
+# The reference page that says more about each verb, named at the end of its --help. A verb with
+# no page of its own points at the CLI page, which lists every verb.
+DOCS_PAGES = {
+    "mockllm": "docs/index.md",
+    "serve": "docs/cli.md",
+    "inspect": "docs/format.md",
+    "check": "docs/cli.md",
+    "record": "docs/record.md",
+}
+
+
+def docs_note(page: str) -> str:
+    """The line at the end of a --help: the page, in the repository and its site (`mkdocs serve`)."""
+    return f"More: {page} in mockllm's repository (its reference site: mkdocs serve)."
+
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mockllm", description=__doc__)
+    parser = argparse.ArgumentParser(prog="mockllm", description=__doc__, epilog=docs_note(DOCS_PAGES["mockllm"]))
     verbs = parser.add_subparsers(dest="verb", required=True)
 
     serve = verbs.add_parser("serve", help="serve a scenario or suite over OpenAI-compatible SSE")
@@ -31,6 +46,8 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("path", type=Path)
     _add_side_route(check)
     _add_record(verbs)
+    for name, verb in verbs.choices.items():
+        verb.epilog = docs_note(DOCS_PAGES.get(name, "docs/cli.md"))
     return parser
 
 

@@ -81,7 +81,8 @@ def parse_header(line: bytes) -> SessionHeader:
     if version != FORMAT_VERSION:
         raise HeaderError(
             f"unsupported session log version {version!r}: this mockllm reads version 0; "
-            "re-record with a dsh that writes v0 or upgrade mockllm"
+            # The distribution is mockllm-replay: `pip install -U mockllm` would fetch another project.
+            "re-record with a dsh that writes v0, or upgrade mockllm: pip install --upgrade mockllm-replay"
         )
     session_id = raw.get("id")
     if not isinstance(session_id, str):

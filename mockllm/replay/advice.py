@@ -6,6 +6,8 @@ call is refused.
 
 from __future__ import annotations
 
+import json
+import shlex
 from collections.abc import Iterable
 
 from mockllm.replay.binding import Binding
@@ -15,16 +17,32 @@ from mockllm.scenario.side_routes import SideRoute
 from mockllm.wire.request import Message, Request
 
 
+def start_over(run_id: str, origin: str) -> str:
+    """The command that ends run `run_id`, ready to paste (`origin` is the server's address; a run
+    not yet told it, as in a test driving a `Run` directly, gets the path alone)."""
+    if not origin:
+        return f"DELETE /_mockllm/runs/{run_id}"
+    return f"curl -X DELETE {origin}/_mockllm/runs/{run_id}"
+
+
+def new_run(scenario: Scenario, origin: str) -> str:
+    """The command that makes a fresh run of `scenario`, ready to paste (as `start_over`)."""
+    if not origin:
+        return "POST /_mockllm/runs"
+    body = shlex.quote(json.dumps({"scenario": scenario.name}))
+    return f"curl -X POST {origin}/_mockllm/runs -H 'content-type: application/json' -d {body}"
+
+
 def exhausted(run_id: str, scenario: Scenario, session: SessionScript, live_id: str, call: int,
-              default: bool) -> str:
+              default: bool, origin: str = "") -> str:
     """A call past the end of `session`'s script (410 `script_exhausted`)."""
     message = (f"run {run_id}: session {session.file} (recorded id {session.id}, live id {live_id}) made call "
                f"{call + 1} but its script has {len(session.entries)} entries")
     if default:
         return message + (f". This is scenario {scenario.name}'s default run, and it is spent: start over "
-                          f"with DELETE /_mockllm/runs/{run_id} (the next request gets a fresh default run), "
-                          "or give each test its own run with POST /_mockllm/runs. If the agent now makes more "
-                          "calls than were recorded, re-record the scenario")
+                          f"with {start_over(run_id, origin)} (the next request gets a fresh default run), "
+                          f"or give each test its own run with {new_run(scenario, origin)}. If the agent now "
+                          "makes more calls than were recorded, re-record the scenario")
     return message + ("; the agent made more model calls than were recorded: re-record the scenario, or "
                       "append an entry in replay.override.json")
 
@@ -38,7 +56,7 @@ def side_exhausted(run_id: str, side: SideRoute, call: int) -> str:
 
 def unrecorded(run_id: str, scenario: Scenario, bindings: Iterable[Binding], live_id: str,
                request: Request | None, conversations: ConversationIndex, spent_default: bool,
-               file_of: dict[str, str]) -> str:
+               file_of: dict[str, str], origin: str = "") -> str:
     """A new live session when every script is bound (404 `unrecorded_session`)."""
     sessions = scenario.sessions
     bound = ", ".join(f"{sessions[b.script].file}<-{b.live_id}" for b in bindings) or "none"
@@ -47,8 +65,8 @@ def unrecorded(run_id: str, scenario: Scenario, bindings: Iterable[Binding], liv
     if spent_default:
         return message + (f". This is scenario {scenario.name}'s default run, and it is spent: every "
                           "recorded call was served already (the agent ran a second time against it). Start "
-                          f"over with DELETE /_mockllm/runs/{run_id} (the next request gets a fresh default "
-                          "run), or give each test its own run with POST /_mockllm/runs")
+                          f"over with {start_over(run_id, origin)} (the next request gets a fresh default "
+                          f"run), or give each test its own run with {new_run(scenario, origin)}")
     if request is None or not conversations.owns(live_id):
         return message + ("; the agent started a session that was not recorded: re-record the scenario, or "
                           "send the recorded id in the x-mockllm-session header")

@@ -67,6 +67,7 @@ class Run:
     held: list[HeldInfo] = field(default_factory=list)  # what each held call is, for the report
     side_calls: list[int] = field(default_factory=list)  # per side route: calls it was asked so far
     default: bool = False  # a scenario's default run (/scenarios/{name}/v1): its errors say how to reset it
+    origin: str = ""  # the server's address, for the commands its errors advise ("" until it listens)
     divergences: dict[int, Divergence] = field(default_factory=dict)  # the first per script
     diverged_calls: int = 0
     # Embeddings requests no recording answers (kind "embedding"): each is a divergence of its own.
@@ -250,7 +251,8 @@ class Run:
             if script is None:
                 why = advice.unrecorded(self.id, self.scenario, self._bindings, live_id, request, self._conversations,
                                         self.default and self.consumed,
-                                        {b.live_id: self.scenario.sessions[b.script].file for b in self._bindings})
+                                        {b.live_id: self.scenario.sessions[b.script].file for b in self._bindings},
+                                        self.origin)
                 if self.episodes:
                     return self.went_live.go(live_id, None, 0, "unrecorded_session", why)
                 raise self.fail(ReplayFailure(404, "unrecorded_session", why, live_id, 0))
@@ -264,7 +266,8 @@ class Run:
             script, cursor = binding.script, binding.cursor
         session = self.scenario.sessions[script]
         if cursor >= len(session.entries):
-            message = advice.exhausted(self.id, self.scenario, session, live_id, cursor, self.default)
+            message = advice.exhausted(self.id, self.scenario, session, live_id, cursor, self.default,
+                                       self.origin)
             if self.episodes:
                 return self.went_live.go(live_id, script, cursor, "script_exhausted", message)
             binding = binding or self._bindings.bind(script, live_id)

@@ -38,6 +38,9 @@ class Runs:
         self._ids = itertools.count(1)
         self._ended: OrderedDict[str, Run] = OrderedDict()
         self.listener: Listener | None = None
+        # The server's own address (`http://host:port`), once it listens: what the commands its
+        # refusals advise are sent to (`curl -X DELETE {origin}/_mockllm/runs/{run}`).
+        self.origin = ""
 
     def settings(self, overrides: Mapping[str, Any] | None = None) -> RunSettings:
         """The server's settings with a run's JSON `overrides` over them (`POST /_mockllm/runs` fields;
@@ -52,6 +55,7 @@ class Runs:
                   journal=Journal(options.journal_limit), catalog=self.catalogs[scenario], episodes=episodes)
         if overrides and overrides.get("faults"):
             run.check_faults()  # a fault for a session this scenario lacks is the caller's mistake: say so
+        run.origin = self.origin
         self._runs[run.id] = run
         self._tell("created", run)
         return run
@@ -62,6 +66,7 @@ class Runs:
         scenario = Scenario(name, folder, [])
         run = Run(f"run-{next(self._ids)}", scenario, self.settings(overrides), self._options.headerless,
                   journal=Journal(self._options.journal_limit), catalog=Catalog(scenario), recording=True)
+        run.origin = self.origin
         self._runs[run.id] = run
         self._tell("created", run)
         return run
@@ -81,6 +86,7 @@ class Runs:
             return None
         run = Run(old.id, old.scenario, old.settings, old.headerless, journal=Journal(self._options.journal_limit),
                   catalog=old.catalog, default=old.default, recording=old.recording, episodes=old.episodes)
+        run.origin = self.origin
         self._runs[run_id] = run
         self._tell("reset", run)
         return run

@@ -34,6 +34,7 @@ from mockllm.replay.run import Run
 from mockllm.replay.runs import Runs
 from mockllm.scenario.load import Suite, is_scenario, load_scenario, name_problem
 from mockllm.scenario.side_routes import SideRouteSpec
+from mockllm.server.advice import pytest_command, record_run_command, serve_command, upstream_note
 from mockllm.server.mock_errors import mock_error
 from mockllm.wire import DEFAULT
 from mockllm.wire.dialect import Dialect
@@ -90,17 +91,22 @@ class LiveCalls:
         if name in self.suite.scenarios:
             return None
         known = ", ".join(sorted(self.suite.scenarios)) or "none"
+        if self.upstreams:  # this server can record it: a run that asks to
+            how = (f"in pytest, {pytest_command(self.options.upstream)}; else create its run with "
+                   f"\"record_mode\": \"once\": {record_run_command(self.runs.origin, name)}")
+        else:
+            how = (f"serve with an upstream, {serve_command(self.suite.path, self.options.upstream, 'once')}; "
+                   f"in pytest, {pytest_command(self.options.upstream)}")
         return mock_error(404, "unknown_run", (
             f"unknown scenario {name!r}; loaded scenarios: {known}. It has no recording in {self.suite.path}, and "
-            f"record mode {mode} only replays. Record it: create the run with \"record_mode\": \"once\" on a "
-            f"server given an upstream (mockllm serve {self.suite.path} --upstream URL --record-mode once; in "
-            "pytest, --mockllm-record-mode once --mockllm-upstream URL)"))
+            f"record mode {mode} only replays. Record it: {how}{upstream_note(self.options.upstream)}"))
 
     def _cannot_record(self, name: str, mode: str) -> str | None:
         """Why this server cannot record scenario `name`, or None."""
         if not self.upstreams:
-            return (f"record_mode {mode} needs an upstream to send live calls to: start the server with --upstream "
-                    "URL (mockllm.Server(upstream=...), pytest --mockllm-upstream URL)")
+            return (f"record_mode {mode} needs an upstream to send live calls to: start the server with one, "
+                    f"{serve_command(self.suite.path, (), mode)} (mockllm.Server(upstream=...); in pytest, "
+                    f"{pytest_command((), mode)}){upstream_note(())}")
         if not self.suite.recordable:
             return (f"record_mode {mode} writes into a recordings folder, and this server serves "
                     f"{self.suite.path}, which is not one: serve a suite folder (a new or empty one will do)")

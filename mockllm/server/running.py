@@ -20,7 +20,7 @@ from mockllm.options import ServeOptions, parse_upstream
 from mockllm.record.recording import host_of
 from mockllm.scenario import dshenv
 from mockllm.scenario.load import Suite, load_suite
-from mockllm.server.app import create_app
+from mockllm.server.app import SERVER_KEY, create_app
 
 # Profiled at 1,000 concurrent streams, the default (700, 10, 10) spent ~25 µs a request in gen1/2
 # collections that freed nothing; a larger young generation keeps that flat as streams grow.
@@ -32,8 +32,11 @@ async def start_server(suite: Suite, options: ServeOptions | None = None, **chan
     keyword `changes` override them; in-process callers usually pass `port=0`: a free port).
     An address that cannot be bound raises CannotListen (an OSError)."""
     options = (options or ServeOptions()).replace(**changes)
-    runner, port = await listen(create_app(suite, options), options.host, options.port)
-    return RunningServer(runner, options.host, port)
+    app = create_app(suite, options)
+    runner, port = await listen(app, options.host, options.port)
+    running = RunningServer(runner, options.host, port)
+    app[SERVER_KEY].runs.origin = running.base_url  # the address its refusals' advice names
+    return running
 
 
 def bundled_recordings() -> Path:
