@@ -49,7 +49,9 @@ from mockllm.record.events import SessionEvents
 from mockllm.record.lineage import Layout, SessionFacts, facts_of, lay_out
 from mockllm.record.redact import Redactor, redact_chunks
 from mockllm.record.side import SIDE_PREFIX, SideRoutes, write_json
+from mockllm.record.wire import append_wire, kept_wire
 from mockllm.scenario.count_tokens import request_key, write_counts
+from mockllm.scenario.envelopes import ENVELOPES_FILE
 from mockllm.script.entries import ChunksEntry, Entry, ThrowEntry
 from mockllm.script.templates import CWD
 
@@ -120,7 +122,7 @@ class SessionTree:
         try:
             out.mkdir(parents=True, exist_ok=True)
             taken = [p.name for p in out.iterdir() if p.name.startswith((LOG_PREFIX, SIDE_PREFIX))
-                     or p.name in (SIDECAR_FILE, MANIFEST_FILE, COUNT_TOKENS_FILE)]
+                     or p.name in (SIDECAR_FILE, MANIFEST_FILE, COUNT_TOKENS_FILE, ENVELOPES_FILE)]
         except OSError as exc:
             raise RecordError(f"{out}: cannot record there ({exc.strerror or exc}); name a folder that can be "
                               "created, or a new or empty one") from None
@@ -156,6 +158,14 @@ class SessionTree:
             name_results(call, session.facts.last.tool_calls)
         session.facts.calls.append(facts_of(call))
         self._append(session, session.events.call(call, self.redactor))
+        self._keep_wire(session.id, session.events.calls - 1, call)
+
+    def _keep_wire(self, session: str, number: int, call: ObservedCall) -> None:
+        """What the provider sent for a call that ended as it should (`wire.recorded`): one line of
+        `envelopes.jsonl`, appended on the writer thread, in order with the logs."""
+        wire = kept_wire(session, number, call, self.redactor)
+        if wire is not None:
+            self._submit(append_wire, self.out / ENVELOPES_FILE, wire, self.durable)
 
     def record_failure(self, caller: Caller, call: ObservedCall, failed: Failed) -> None:
         """An upstream HTTP error: the log gets a call ending in an error finish where it happened, and

@@ -1,0 +1,105 @@
+"""Replayed in the dialect it was recorded in, a call is what the provider sent: the same events in
+the same order, each with the same fields and values (model, ids, created, fingerprints,
+service_tier, usage where the provider put it), streamed and whole. Recorded through `mockllm
+record` from a scripted upstream with realistic envelopes (`provider_envelopes`), compared field
+by field; only framing whitespace may differ.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from mockllm.record.command import RecordOptions, start_recorder
+from tests.conftest import http, new_run
+from tests.fake_upstream import Answer, running_upstream
+from tests.provider_envelopes import (
+    CASES,
+    CHAT_MODEL,
+    Case,
+    differing_fields,
+    parse_stream,
+    stream_request,
+    whole_request,
+)
+
+
+async def _post(base: str, route: str, body: dict[str, Any]) -> bytes:
+    async with aiohttp.ClientSession() as client, client.post(base + route, json=body) as response:
+        assert response.status == 200, await response.text()
+        return await response.read()
+
+
+async def _record(case: Case, out: Path) -> tuple[bytes, bytes]:
+    """Record the case's streamed call into `out/stream` and its whole call into `out/whole`; what
+    the client got through the recorder each time."""
+    got = []
+    for mode in ("stream", "whole"):
+        async with running_upstream() as upstream:
+            if mode == "stream":
+                kind = "application/x-ndjson" if case.ndjson else "text/event-stream"
+                upstream.answers.append(Answer(case.stream_pieces(), content_type=kind))
+            else:
+                upstream.answers.append(Answer([json.dumps(case.whole).encode()], content_type="application/json"))
+            options = RecordOptions(upstream.base_url, out / mode, port=0)
+            async with await start_recorder(options) as recorder:
+                route = case.stream_route if mode == "stream" else case.route
+                body = stream_request(case) if mode == "stream" else whole_request(case)
+                got.append(await _post(recorder.base_url, route, body))
+    return got[0], got[1]
+
+
+async def _replay(serve: Any, out: Path, scenario: str, route: str, body: dict[str, Any]) -> bytes:
+    server = await serve(out)
+    run, base = await new_run(server.base_url, scenario)
+    answer = await _post(base.removesuffix("/v1"), route, body)
+    report = (await http("DELETE", f"{server.base_url}/_mockllm/runs/{run}"))[1]
+    assert isinstance(report, dict) and report["consumed"] is True, report
+    return answer
+
+
+async def replay_gaps(serve: Any, tmp_path: Path, case: Case) -> tuple[int, int]:
+    """How many fields of the case's streamed and whole answers a replay gets wrong."""
+    out = tmp_path / case.dialect
+    live_stream, live_whole = await _record(case, out)
+    assert parse_stream(live_stream, case.ndjson) == case.stream  # the recorder passed it on as it came
+    assert json.loads(live_whole) == case.whole
+    stream = await _replay(serve, out, "stream", case.stream_route, stream_request(case))
+    whole = await _replay(serve, out, "whole", case.route, whole_request(case))
+    return (differing_fields(case.stream, parse_stream(stream, case.ndjson)),
+            differing_fields(case.whole, json.loads(whole)))
+
+
+@pytest.mark.parametrize("dialect", list(CASES))
+async def test_a_replay_in_the_recorded_dialect_is_what_the_provider_sent(serve, tmp_path, dialect):
+    case = CASES[dialect]
+    stream, whole = await replay_gaps(serve, tmp_path, case)
+    print(f"{dialect}: {stream} fields differ streamed, {whole} whole")
+    assert (stream, whole) == (0, 0)
+
+
+def test_the_comparison_counts_every_differing_leaf() -> None:
+    assert differing_fields({"a": 1, "b": {"c": 2, "d": [1, 2]}}, {"a": 1, "b": {"c": 3, "d": [1]}, "e": None}) == 3
+    assert differing_fields([(None, {"x": 1})], [(None, {"x": 1})]) == 0
+    assert differing_fields(1, 1.0) == 1  # a number's type is a field's value too (created: 1 vs 1.0)
+
+
+async def test_replayed_in_another_dialect_model_and_usage_carry_over(serve, tmp_path):
+    case = CASES["chat"]
+    out = tmp_path / "chat"
+    await _record(case, out)
+    body = {"model": "claude-x", "max_tokens": 100, "messages": [{"role": "user", "content": "list it"}]}
+    message = json.loads(await _replay(serve, out, "stream", "/v1/messages", body))
+    assert message["model"] == CHAT_MODEL
+    assert message["usage"]["output_tokens"] == 57
+    assert message["usage"]["cache_read_input_tokens"] == 1024
+    contents = {"contents": [{"role": "user", "parts": [{"text": "list it"}]}]}
+    gemini = json.loads(await _replay(serve, out, "whole", "/v1beta/models/gemini-2.5-flash:generateContent",
+                                      contents))
+    assert gemini["modelVersion"] == CHAT_MODEL
+    usage = gemini["usageMetadata"]  # Gemini counts thoughts apart from the answer's tokens
+    assert (usage["candidatesTokenCount"], usage["thoughtsTokenCount"]) == (57 - 12, 12)
