@@ -103,3 +103,29 @@ async def test_replayed_in_another_dialect_model_and_usage_carry_over(serve, tmp
     assert gemini["modelVersion"] == CHAT_MODEL
     usage = gemini["usageMetadata"]  # Gemini counts thoughts apart from the answer's tokens
     assert (usage["candidatesTokenCount"], usage["thoughtsTokenCount"]) == (57 - 12, 12)
+
+
+@pytest.mark.parametrize("dialect", list(CASES))
+async def test_a_record_mode_run_keeps_what_the_provider_sent(serve, tmp_path, dialect):
+    """`record_mode: once` on the server records through the same forwarder: its replay is the
+    provider's answer too, streamed and whole."""
+    case = CASES[dialect]
+    async with running_upstream() as upstream:
+        kind = "application/x-ndjson" if case.ndjson else "text/event-stream"
+        upstream.answers += [Answer(case.stream_pieces(), content_type=kind),
+                             Answer([json.dumps(case.whole).encode()], content_type="application/json")]
+        root = upstream.base_url.removesuffix("/v1")
+        server = await serve(tmp_path, upstream=(upstream.base_url, f"anthropic={root}", f"gemini={root}",
+                                                 f"ollama={root}"))
+        for scenario, route, body in (("stream", case.stream_route, stream_request(case)),
+                                      ("whole", case.route, whole_request(case))):
+            run, base = await new_run(server.base_url, scenario, record_mode="once")
+            await _post(base.removesuffix("/v1"), route, body)
+            status, report = await http("DELETE", f"{server.base_url}/_mockllm/runs/{run}")
+            assert status == 200, report
+    for scenario, route, body, expected in (("stream", case.stream_route, stream_request(case), case.stream),
+                                            ("whole", case.route, whole_request(case), case.whole)):
+        run, base = await new_run(server.base_url, scenario)
+        answer = await _post(base.removesuffix("/v1"), route, body)
+        got = parse_stream(answer, case.ndjson) if scenario == "stream" else json.loads(answer)
+        assert differing_fields(expected, got) == 0, got

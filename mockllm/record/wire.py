@@ -21,7 +21,7 @@ import msgspec
 from mockllm.dsh.chunks import FinishChunk
 from mockllm.record.call import ObservedCall
 from mockllm.record.redact import Redactor, redact_chunks
-from mockllm.scenario.envelopes import WireCall
+from mockllm.scenario.envelopes import ENVELOPES_FILE, WireCall
 from mockllm.wire import dialect_named
 from mockllm.wire.recorded import says, wire_call
 
@@ -52,3 +52,32 @@ def append_wire(path: Path, wire: WireCall, durable: bool) -> None:
         out.flush()
         if durable:
             os.fsync(out.fileno())
+
+
+class _Key(msgspec.Struct):
+    session: str
+    call: int
+
+
+_key = msgspec.json.Decoder(_Key)
+
+
+def continue_wires(folder: Path, cut: dict[str, int], added: list[WireCall]) -> None:
+    """`envelopes.jsonl` of a scenario whose sessions were continued (new_episodes): the lines
+    of session S's calls from `cut[S]` on dropped (its log no longer holds them), `added` after."""
+    path = folder / ENVELOPES_FILE
+    try:
+        lines = path.read_bytes().splitlines()
+    except FileNotFoundError:
+        lines = []
+    kept = []
+    for line in lines:
+        try:
+            key = _key.decode(line)
+        except msgspec.DecodeError:
+            continue  # a broken line was reported when the scenario was loaded; it is not carried on
+        if key.call < cut.get(key.session, key.call + 1):
+            kept.append(line + b"\n")
+    kept += [_encode(wire) + b"\n" for wire in added]
+    if kept:
+        path.write_bytes(b"".join(kept))
