@@ -129,3 +129,20 @@ async def test_a_record_mode_run_keeps_what_the_provider_sent(serve, tmp_path, d
         answer = await _post(base.removesuffix("/v1"), route, body)
         got = parse_stream(answer, case.ndjson) if scenario == "stream" else json.loads(answer)
         assert differing_fields(expected, got) == 0, got
+
+
+async def test_a_replayed_provider_id_is_continued_by_it(tmp_path):
+    """A Responses client continues a replayed answer by the provider's id it was given
+    (`previous_response_id`): the catalog names the call that id was recorded for."""
+    from mockllm.replay.catalog import Catalog
+    from mockllm.scenario.load import load_scenario
+    from mockllm.wire import dialect_named
+
+    case = CASES["responses"]
+    await _record(case, tmp_path)
+    responses = dialect_named("responses")
+    assert responses is not None
+    catalog = Catalog(load_scenario(tmp_path / "stream"))
+    assert catalog.reply_of(responses, case.stream[0][1]["response"]["id"]) == (0, 0)
+    assert catalog.reply_of(responses, "resp_mockllm_0_0") == (0, 0)  # made-up ids still read back
+    assert catalog.reply_of(responses, "resp_unknown") is None

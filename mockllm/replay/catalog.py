@@ -54,6 +54,7 @@ class Catalog:
         self._placeholders = [[_scan(entry) for entry in entries] for entries in self._scripts]
         self._rendered: dict[str, list[list[_Rendered | None]]] = {}
         self._readings: list[list[Reading | None]] = [[None] * len(entries) for entries in self._scripts]
+        self._reply_ids: dict[str, dict[str, tuple[int, int]]] = {}  # per dialect, provider ids replayed
 
     def entry(self, script: int, call: int) -> Entry:
         return self._scripts[script][call]
@@ -114,6 +115,19 @@ class Catalog:
             if sources is not None:
                 reply = recorded.replayed(dialect, wire, sources, reply)
         return _Rendered(envelope, reply)
+
+    def reply_of(self, dialect: Dialect, reply_id: str) -> tuple[int, int] | None:
+        """The (script, call) a reply id this scenario answers with names: one mockllm made up
+        (`Dialect.reply_of`), or a provider's, replayed in the dialect it was recorded in."""
+        ids = self._reply_ids.get(dialect.name)
+        if ids is None:
+            ids = self._reply_ids[dialect.name] = {
+                wire.reply_id: (script, call)
+                for script, session in enumerate(self.scenario.sessions)
+                for call, wire in enumerate(session.wires)
+                if wire is not None and wire.dialect == dialect.name and wire.reply_id is not None}
+        # A provider's id first: a recording of a mockllm replay holds ids that look made up.
+        return ids.get(reply_id) or dialect.reply_of(reply_id)
 
     def _wire(self, script: int, call: int) -> WireCall | None:
         """What the provider sent for entry `call` of script `script`, if the recorder kept it."""
