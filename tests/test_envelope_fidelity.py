@@ -34,7 +34,7 @@ async def _post(base: str, route: str, body: dict[str, Any]) -> bytes:
         return await response.read()
 
 
-async def _record(case: Case, out: Path) -> tuple[bytes, bytes]:
+async def _record(case: Case, out: Path, **options: Any) -> tuple[bytes, bytes]:
     """Record the case's streamed call into `out/stream` and its whole call into `out/whole`; what
     the client got through the recorder each time."""
     got = []
@@ -45,19 +45,19 @@ async def _record(case: Case, out: Path) -> tuple[bytes, bytes]:
                 upstream.answers.append(Answer(case.stream_pieces(), content_type=kind))
             else:
                 upstream.answers.append(Answer([json.dumps(case.whole).encode()], content_type="application/json"))
-            options = RecordOptions(upstream.base_url, out / mode, port=0)
-            async with await start_recorder(options) as recorder:
+            recording = RecordOptions(upstream.base_url, out / mode, port=0, **options)
+            async with await start_recorder(recording) as recorder:
                 route = case.stream_route if mode == "stream" else case.route
                 body = stream_request(case) if mode == "stream" else whole_request(case)
                 got.append(await _post(recorder.base_url, route, body))
     return got[0], got[1]
 
 
-async def _replay(serve: Any, out: Path, scenario: str, route: str, body: dict[str, Any]) -> bytes:
+async def _replay(serve: Any, out: Path, scenario: str, route: str, body: dict[str, Any], **run: Any) -> bytes:
     server = await serve(out)
-    run, base = await new_run(server.base_url, scenario)
+    run_id, base = await new_run(server.base_url, scenario, **run)
     answer = await _post(base.removesuffix("/v1"), route, body)
-    report = (await http("DELETE", f"{server.base_url}/_mockllm/runs/{run}"))[1]
+    report = (await http("DELETE", f"{server.base_url}/_mockllm/runs/{run_id}"))[1]
     assert isinstance(report, dict) and report["consumed"] is True, report
     return answer
 
@@ -146,3 +146,60 @@ async def test_a_replayed_provider_id_is_continued_by_it(tmp_path):
     assert catalog.reply_of(responses, case.stream[0][1]["response"]["id"]) == (0, 0)
     assert catalog.reply_of(responses, "resp_mockllm_0_0") == (0, 0)  # made-up ids still read back
     assert catalog.reply_of(responses, "resp_unknown") is None
+
+
+async def test_paced_the_recorded_events_keep_their_order_and_fields(serve, tmp_path):
+    case = CASES["anthropic"]
+    await _record(case, tmp_path)
+    paced = await _replay(serve, tmp_path, "stream", case.stream_route, stream_request(case), pace="recorded",
+                          speed=1000)
+    assert differing_fields(case.stream, parse_stream(paced)) == 0
+
+
+async def test_a_chat_client_that_asks_no_usage_gets_no_usage_chunk(serve, tmp_path):
+    case = CASES["chat"]
+    await _record(case, tmp_path)
+    body = {**stream_request(case), "stream_options": {"include_usage": False}}
+    events = parse_stream(await _replay(serve, tmp_path, "stream", case.stream_route, body))
+    assert events == [e for e in case.stream if not (isinstance(e[1], dict) and e[1]["choices"] == [])]
+
+
+async def test_an_edited_log_is_rendered_from_its_chunks_under_the_recorded_model(serve, tmp_path):
+    case = CASES["chat"]
+    await _record(case, tmp_path)
+    log = tmp_path / "stream" / "session.jsonl"
+    log.write_text(log.read_text().replace("Let me", "Let us"))
+    events = parse_stream(await _replay(serve, tmp_path, "stream", case.stream_route, stream_request(case)))
+    texts = "".join(e[1]["choices"][0]["delta"].get("content") or "" for e in events[:-1] if e[1]["choices"])
+    assert texts == "Let us look."
+    assert {e[1]["model"] for e in events[:-1]} == {CHAT_MODEL}
+    assert {e[1]["id"] for e in events[:-1]} == {case.stream[0][1]["id"]}
+    assert "system_fingerprint" not in events[0][1], "rendered: what the chunks cannot say is not invented"
+
+
+async def test_masked_recordings_keep_no_secret_in_envelopes(tmp_path):
+    case = CASES["anthropic"]
+    await _record(case, tmp_path, redact=("look",))
+    written = (tmp_path / "stream" / "envelopes.jsonl").read_text()
+    assert "look" not in written and "[REDACTED]" in written
+    (line,) = [json.loads(text) for text in written.splitlines()]
+    assert line["model"] == "claude-sonnet-4-5-20250929" and line["stream"][0][0] == "message_start"
+    # A secret split across two deltas is masked across them in the log, but in no event on its own:
+    # the line then keeps the model only.
+    await _record(case, tmp_path / "split", redact=("me look",))
+    written = (tmp_path / "split" / "stream" / "envelopes.jsonl").read_text()
+    assert {k: v for k, v in json.loads(written).items() if k != "session"} == {
+        "call": 0, "dialect": "anthropic", "model": "claude-sonnet-4-5-20250929"}
+    assert " look." not in written
+
+
+def test_a_broken_envelopes_line_names_its_file_and_line(tmp_path):
+    from mockllm.errors import ScenarioError
+    from mockllm.scenario.load import load_scenario
+    from tests.logbuilder import text_call, write_sessions
+
+    tree = write_sessions(tmp_path / "tree", {"p": [text_call("ONE")]})
+    (tree / "envelopes.jsonl").write_text('{"session":"p","call":0,"dialect":"chat"}\n{"session":1}\n')
+    with pytest.raises(ScenarioError) as broken:
+        load_scenario(tree)
+    assert "envelopes.jsonl:2" in str(broken.value)

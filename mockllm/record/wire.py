@@ -38,7 +38,8 @@ def kept_wire(session: str, number: int, call: ObservedCall, redactor: Redactor)
     if wire is None or dialect is None:
         return None
     if redactor:
-        wire = msgspec.structs.replace(wire, stream=redactor.value(wire.stream), body=redactor.value(wire.body),
+        stream = None if wire.stream is None else [(name, redactor.value(data)) for name, data in wire.stream]
+        wire = msgspec.structs.replace(wire, stream=stream, body=redactor.value(wire.body),
                                        model=redactor.value(wire.model))
         if says(dialect, wire, redact_chunks(redactor, [c.chunk for c in call.chunks])) is None:
             return WireCall(session, number, call.dialect, wire.model)
