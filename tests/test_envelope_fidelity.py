@@ -103,6 +103,12 @@ async def test_replayed_in_another_dialect_model_and_usage_carry_over(serve, tmp
     assert gemini["modelVersion"] == CHAT_MODEL
     usage = gemini["usageMetadata"]  # Gemini counts thoughts apart from the answer's tokens
     assert (usage["candidatesTokenCount"], usage["thoughtsTokenCount"]) == (57 - 12, 12)
+    # Streamed as Anthropic: message_start counts no output yet, message_delta all of it, as the
+    # provider says them (a client adding the two, LangChain's ChatAnthropic, counts 57, not 114).
+    events = dict(parse_stream(await _replay(serve, out, "stream", "/v1/messages", {**body, "stream": True})))
+    assert events["message_start"]["message"]["model"] == CHAT_MODEL
+    assert events["message_start"]["message"]["usage"]["output_tokens"] == 0
+    assert events["message_delta"]["usage"]["output_tokens"] == 57
 
 
 @pytest.mark.parametrize("dialect", list(CASES))

@@ -98,9 +98,10 @@ def envelope(wire: WireCall | None, dialect: Dialect, default: Envelope) -> Enve
         return default
     model = wire.model or default.model
     if wire.dialect != dialect.name:
-        return Envelope(default.reply_id, default.created, model)
+        return Envelope(default.reply_id, default.created, model, recorded=True)
     created = wire.created
-    return Envelope(wire.reply_id or default.reply_id, default.created if created is None else created, model)
+    return Envelope(wire.reply_id or default.reply_id, default.created if created is None else created, model,
+                    recorded=True)
 
 
 def replayed(dialect: Dialect, wire: WireCall, sources: list[int], rendered: Reply) -> Reply:
