@@ -20,6 +20,7 @@ from tests.fake_upstream import Answer, running_upstream
 from tests.provider_envelopes import (
     CASES,
     CHAT_MODEL,
+    CHAT_STREAM_REQUEST,
     Case,
     differing_fields,
     parse_stream,
@@ -209,3 +210,32 @@ def test_a_broken_envelopes_line_names_its_file_and_line(tmp_path):
     with pytest.raises(ScenarioError) as broken:
         load_scenario(tree)
     assert "envelopes.jsonl:2" in str(broken.value)
+
+
+async def test_the_official_sdks_read_the_providers_envelope_back(serve, tmp_path):
+    """What the SDKs make of a replay: the provider's model, ids, fingerprint, tier and usage
+    (the Anthropic SDK's final output_tokens is message_delta's 28, its input message_start's)."""
+    import anthropic
+    import openai
+
+    chat, messages = CASES["chat"], CASES["anthropic"]
+    await _record(chat, tmp_path / "chat")
+    await _record(messages, tmp_path / "anthropic")
+    server = await serve(tmp_path)
+    _, base = await new_run(server.base_url, "chat/stream")
+    async with openai.AsyncOpenAI(base_url=base, api_key="x", max_retries=0) as client:
+        stream = await client.chat.completions.create(**CHAT_STREAM_REQUEST)
+        chunks = [chunk async for chunk in stream]
+    head = chat.stream[0][1]
+    assert {(c.id, c.model, c.system_fingerprint, c.service_tier, c.created) for c in chunks} == {
+        (head["id"], CHAT_MODEL, head["system_fingerprint"], head["service_tier"], head["created"])}
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 57
+    _, base = await new_run(server.base_url, "anthropic/stream")
+    async with anthropic.AsyncAnthropic(base_url=base.removesuffix("/v1"), api_key="x", max_retries=0) as client:
+        body = stream_request(messages)
+        async with client.messages.stream(**{k: v for k, v in body.items() if k != "stream"}) as events:
+            final = await events.get_final_message()
+    start = messages.stream[0][1]["message"]
+    assert (final.id, final.model) == (start["id"], start["model"])
+    assert (final.usage.input_tokens, final.usage.output_tokens) == (25, 28)
+    assert final.content[0].type == "thinking" and final.content[0].signature.startswith("EqQB")
