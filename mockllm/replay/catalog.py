@@ -16,7 +16,7 @@ from mockllm.scenario.load import Scenario
 from mockllm.script.derive import Timing
 from mockllm.script.entries import FROM_REQUEST, ChunksEntry, Entry
 from mockllm.script.templates import CWD, resolve_entry
-from mockllm.wire import recorded
+from mockllm.wire import dialect_named, recorded
 from mockllm.wire.dialect import Dialect
 from mockllm.wire.envelope import Envelope
 from mockllm.wire.render import Reading, read
@@ -70,10 +70,16 @@ class Catalog:
         return len(self.scenario.sessions) + route
 
     def warm(self, dialect: Dialect) -> None:
-        """Render every entry for `dialect` now (at start-up, off the request path)."""
+        """Render every entry for `dialect` now (at start-up, off the request path), and each call
+        whose provider's answer was recorded in the dialect it was recorded in: checking that
+        answer against the log costs more than rendering the call, so it is not left to a client."""
         for script, entries in enumerate(self._scripts):
             for call in range(len(entries)):
                 self._cached(dialect, script, call)
+                wire = self._wire(script, call)
+                own = dialect_named(wire.dialect) if wire is not None else None
+                if own is not None and own is not dialect:
+                    self._cached(own, script, call)
 
     def reply(self, dialect: Dialect, script: int, call: int, request: Request | None, cwd: str | None) -> Reply:
         """The reply for entry `call` of script `script`; raises TemplateError for an unmatched template."""
