@@ -49,7 +49,7 @@ from mockllm.record.events import SessionEvents
 from mockllm.record.lineage import Layout, SessionFacts, facts_of, lay_out
 from mockllm.record.redact import Redactor, redact_chunks
 from mockllm.record.side import SIDE_PREFIX, SideRoutes, write_json
-from mockllm.record.wire import append_wire, kept_wire
+from mockllm.record.wire import keep_wire
 from mockllm.scenario.count_tokens import request_key, write_counts
 from mockllm.scenario.envelopes import ENVELOPES_FILE
 from mockllm.script.entries import ChunksEntry, Entry, ThrowEntry
@@ -162,10 +162,10 @@ class SessionTree:
 
     def _keep_wire(self, session: str, number: int, call: ObservedCall) -> None:
         """What the provider sent for a call that ended as it should (`wire.recorded`): one line of
-        `envelopes.jsonl`, appended on the writer thread, in order with the logs."""
-        wire = kept_wire(session, number, call, self.redactor)
-        if wire is not None:
-            self._submit(append_wire, self.out / ENVELOPES_FILE, wire, self.durable)
+        `envelopes.jsonl`, made and appended on the writer thread, in order with the logs (decoding
+        a long answer's events again would hold the loop, and every stream it forwards, for it)."""
+        if call.dialect is not None:
+            self._submit(keep_wire, self.out / ENVELOPES_FILE, session, number, call, self.redactor, self.durable)
 
     def record_failure(self, caller: Caller, call: ObservedCall, failed: Failed) -> None:
         """An upstream HTTP error: the log gets a call ending in an error finish where it happened, and

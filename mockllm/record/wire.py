@@ -46,6 +46,13 @@ def kept_wire(session: str, number: int, call: ObservedCall, redactor: Redactor)
     return wire
 
 
+def keep_wire(path: Path, session: str, number: int, call: ObservedCall, redactor: Redactor, durable: bool) -> None:
+    """`kept_wire`, appended to `path` if there is one (on a recorder's writer thread)."""
+    wire = kept_wire(session, number, call, redactor)
+    if wire is not None:
+        append_wire(path, wire, durable)
+
+
 def append_wire(path: Path, wire: WireCall, durable: bool) -> None:
     """One line appended (and, `durable`, on disk before the next call's)."""
     with path.open("ab") as out:
