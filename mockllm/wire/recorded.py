@@ -85,7 +85,16 @@ def says(dialect: Dialect, wire: WireCall, chunks: Sequence[StreamChunk]) -> lis
                 return None
             for name, data in events:
                 decoded += decoder.feed(name, data)
+        fed = len(decoded)
         decoded += decoder.close()
+        # The events after the last one that made a chunk (a finish reason, usage, `[DONE]`) came when
+        # the call ended: they go with its last chunk (the finish the decoder makes as it closes), as
+        # a rendered call's closing frames do.
+        last = fed - 1
+        for k in range(len(sources) - 1, -1, -1):
+            if sources[k] != last or (k and sources[k - 1] != last) or (k == 0 and last != AT_START):
+                break
+            sources[k] = len(decoded) - 1
     except (msgspec.DecodeError, ValueError, TypeError, AttributeError):  # an event the recorder could not read either
         return None
     return sources if decoded == list(chunks) else None
