@@ -239,3 +239,26 @@ async def test_the_official_sdks_read_the_providers_envelope_back(serve, tmp_pat
     assert (final.id, final.model) == (start["id"], start["model"])
     assert (final.usage.input_tokens, final.usage.output_tokens) == (25, 28)
     assert final.content[0].type == "thinking" and final.content[0].signature.startswith("EqQB")
+
+
+def test_each_recorded_event_is_paced_with_the_chunk_it_carries() -> None:
+    """`says`: an event goes with the last chunk it made (before any: at once); the events after
+    the last one that made a chunk (finish, usage, `[DONE]`) go with the call's end."""
+    from mockllm.scenario.envelopes import WireCall
+    from mockllm.wire import dialect_named
+    from mockllm.wire.recorded import says
+    from mockllm.wire.reply import AT_START
+
+    case = CASES["chat"]
+    chat = dialect_named("chat")
+    assert chat is not None
+    decoder, chunks = chat.stream_decoder(), []
+    for name, data in case.stream:
+        chunks += decoder.feed(name, data.encode() if isinstance(data, str) else json.dumps(data).encode())
+    chunks += decoder.close()
+    sources = says(chat, WireCall("s", 0, "chat", stream=case.stream), chunks)
+    assert sources is not None and len(sources) == len(case.stream)
+    assert sources[0] == AT_START  # the role chunk carries no content
+    assert sources[-3:] == [len(chunks) - 1] * 3  # finish_reason, usage, [DONE]
+    assert sources == sorted(sources)
+    assert says(chat, WireCall("s", 0, "chat", stream=case.stream[:4]), chunks) is None  # says less: not used
