@@ -200,8 +200,12 @@ class Dialect(ABC):
         sent, for `stream_decoder()`, so one decoder records both; None: not read (not recorded)."""
         return None
 
-    def frame(self, name: str | None, data: bytes) -> bytes:
-        """One recorded event (`recorded.WireCall`) in this dialect's framing: SSE by default."""
+    def frame(self, name: str | None, data: bytes) -> bytes | None:
+        """One recorded event (`recorded.WireCall`) in this dialect's framing: SSE for a dialect
+        that streams SSE; None where the dialect does not say how (its recorded streams are then
+        rendered from their chunks, as in any other dialect)."""
+        if self.stream_type != SSE:
+            return None
         return named_event(name, data) if name else data_event(data)
 
     def recorded_ending(self, events: Sequence[tuple[str | None, Any]]) -> tuple[int | None, int]:

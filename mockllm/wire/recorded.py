@@ -123,7 +123,10 @@ def replayed(dialect: Dialect, wire: WireCall, sources: list[int], rendered: Rep
         return msgspec.structs.replace(rendered, body=_encode(wire.body))
     if wire.stream is None:
         return rendered
-    frames = [dialect.frame(name, _raw(data)) for name, data in wire.stream]
+    framed = [dialect.frame(name, _raw(data)) for name, data in wire.stream]
+    frames = [frame for frame in framed if frame is not None]
+    if len(frames) != len(framed):  # a dialect that cannot frame its recorded events
+        return rendered
     usage_at, closing_at = dialect.recorded_ending(wire.stream)
     usage = frames[usage_at] if usage_at is not None else None
     closing = tuple(frames[closing_at:])
