@@ -161,7 +161,7 @@ async def test_side_route_takes_the_title_model_out_of_the_tree_and_replays_it_b
     assert [str(d) for d in check_suite(load_suite(out, keep_logs=True))] == []
     script = f"side.{HAIKU}.json"
     assert {p.name for p in out.iterdir()} == {"mockllm.json", script, "session.jsonl", "session.1.jsonl",
-                                               "session.2.jsonl"}
+                                               "session.2.jsonl", "envelopes.jsonl"}
     assert json.loads((out / "mockllm.json").read_text()) == {"side_routes": [{"model": HAIKU, "script": script}]}
     (entry,) = json.loads((out / script).read_text())
     assert entry["kind"] == "chunks" and entry["chunks"][-1] == {"type": "finish", "reason": {"kind": "stop"}}

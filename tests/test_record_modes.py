@@ -75,7 +75,7 @@ def test_once_records_a_missing_scenario_then_replays_it_with_the_upstream_gone(
         assert recording is not None and recording.written, recording
         assert recording.mode == "once" and recording.live_calls == 2
         scenario = recordings / "test_agent" / "test_tool_loop"
-        assert sorted(files(scenario)) == ["mockllm.json", "session.jsonl"]
+        assert sorted(files(scenario)) == ["envelopes.jsonl", "mockllm.json", "session.jsonl"]
         stamp = json.loads((scenario / "mockllm.json").read_text())["recorded"]
         assert stamp["mode"] == "once" and stamp["by"] == f"mockllm {mockllm_version()}"
         assert stamp["upstream"] == host_of(upstream.url) and "http" not in stamp["upstream"]
@@ -151,6 +151,11 @@ def test_new_episodes_continues_a_session_past_its_end_and_adds_a_new_one(upstre
         assert after["session.jsonl"].split(b"\n")[: len(kept) - 4] == kept[:-4], "recorded calls kept as they were"
         header = json.loads(after["session.2.jsonl"].split(b"\n")[0])
         assert header["id"] == "helper" and header["parentSession"] == "agent"
+        # What the provider sent is kept for the new calls too, after the recorded ones' (envelopes.jsonl).
+        wires = [json.loads(line) for line in after["envelopes.jsonl"].splitlines()]
+        assert [(w["session"], w["call"]) for w in wires] == [("agent", 0), ("agent", 1), ("other", 0),
+                                                              ("agent", 2), ("helper", 0)]
+        assert after["envelopes.jsonl"].startswith(before["envelopes.jsonl"])
         assert [str(d) for d in check_suite(mockllm.load_suite(tmp_path, keep_logs=True))] == [], "mockllm check"
         upstream.stop()
         with server.run("case") as run:

@@ -120,7 +120,7 @@ async def test_a_call_is_durable_when_it_ends_and_the_log_is_named_only_on_close
             pass
     # Mid-recording (or after a crash) the log is only a partial file: no tree looks complete.
     await recorder.tree.flushed()
-    assert files(out) == ["session.jsonl.partial"]
+    assert files(out) == ["envelopes.jsonl", "session.jsonl.partial"]
     await recorder.runner.cleanup()
     await recorder.upstream.close()
     recorder.tree.abandon()  # what a crash leaves
@@ -146,7 +146,7 @@ async def test_upstream_http_error_passes_through_and_replays_the_same(serve, up
     assert live.value.body == error["error"]
     assert upstream.received[0]["headers"]["Authorization"] == "Bearer sk-live-123"
     assert upstream.received[0]["headers"]["x-mockllm-session"] == "s1", "a mockllm upstream routes by it"
-    assert files(out) == ["replay.override.json", "session.jsonl"]
+    assert files(out) == ["envelopes.jsonl", "replay.override.json", "session.jsonl"]
     assert not any(b"sk-live-123" in p.read_bytes() for p in out.iterdir()), "credentials are never written"
     sidecar = json.loads((out / "replay.override.json").read_text())
     assert sidecar == {"patches": [{"at": 0, "entry": {"kind": "throw", "message": "Incorrect API key provided",

@@ -35,6 +35,11 @@ class ObservedCall:
     arrival: int = 0
     offers_tools: bool = False  # the request offered tools (a title call offers none)
     system: str | None = None  # its system prompt, read for a session's first call only
+    # What the provider sent, as it sent it (`wire.recorded`): the dialect, and its stream's
+    # events or its whole answer's body.
+    dialect: str | None = None
+    events: list[tuple[str | None, bytes]] = field(default_factory=list)
+    body: bytes | None = None
 
     @property
     def ended(self) -> int:

@@ -38,10 +38,12 @@ from mockllm.record.redact import redact_chunks
 from mockllm.record.side import continue_route
 from mockllm.record.tree import Caller, Failed
 from mockllm.record.upstream import Exchange, Upstream
+from mockllm.record.wire import continue_wires, kept_wire
 from mockllm.replay.binding import Binding
 from mockllm.replay.outcome import Live
 from mockllm.scenario.count_tokens import read_counts, request_key, write_counts
 from mockllm.scenario.embeddings import RecordedEmbedding, call_of, read_embeddings, write_embeddings
+from mockllm.scenario.envelopes import WireCall
 from mockllm.scenario.load import Scenario
 from mockllm.script.entries import ChunksEntry, Entry
 from mockllm.wire.dialect import Dialect
@@ -124,10 +126,15 @@ class EpisodeRecording(RunRecording):
         shutil.copytree(self.folder, self.staging, copy_function=shutil.copy2)
         primary = self.scenario.primary
         continued, added = [], []
+        cut: dict[str, int] = {}  # recorded session id -> where its log was continued
+        wires: list[WireCall] = []  # what the provider sent for each new call (`wire.recorded`)
         for session in self.sessions.values():
             if not session.calls or session.path is None:
                 continue
             calls = sorted(session.calls, key=lambda c: c.arrival)
+            recorded_id = next(s.id for s in self.scenario.sessions if s.file == session.file)
+            cut[recorded_id] = session.served
+            wires += self._wires(recorded_id, session.served, calls)
             (self.staging / session.path.name).write_bytes(
                 continued_log(session.path, session.served, calls, self.redactor))
             if session.file == primary.file and self._primarys_sidecar():
@@ -145,9 +152,12 @@ class EpisodeRecording(RunRecording):
             header = SessionHeader(session.recorded_id, created, cwd=self._cwd_field(), parent_session=parent,
                                    is_seeded=session.fork, inherited=InheritedEventCount(len(seed.events)))
             file = write_new_session(self.staging, session, number, header, self.redactor, seed)
+            wires += self._wires(session.recorded_id, 0, sorted(session.calls, key=lambda c: c.arrival))
             written[session.live_id] = self.staging / file
             added.append(f"{file} (a fork of {parent})" if session.fork else file)
             number += 1
+        if wires or cut:
+            continue_wires(self.staging, cut, wires)
         for model, calls in self.side_calls.items():
             route = next(r for r in self.scenario.side_routes if r.model == model)
             entries: list[Entry] = [ChunksEntry(redact_chunks(self.redactor, [c.chunk for c in call.chunks]))
@@ -168,6 +178,11 @@ class EpisodeRecording(RunRecording):
                  f"added {len(self.counts)} count_tokens answer(s)" if self.counts else "",
                  f"added {len(self.embedded)} embeddings call(s)" if self.embedded else ""]
         return f"rewrote {self.folder} with {self.live_calls} live call(s): " + "; ".join(p for p in parts if p)
+
+    def _wires(self, session: str, first: int, calls: list[ObservedCall]) -> list[WireCall]:
+        """The `envelopes.jsonl` lines of a session's new calls, numbered from `first`."""
+        kept = (kept_wire(session, first + k, call, self.redactor) for k, call in enumerate(calls))
+        return [wire for wire in kept if wire is not None]
 
     def _parent_of(self, session: LiveSession, written: Mapping[str, Path]) -> tuple[str, Path | None]:
         """A new session's parent: the session its first call named, else the primary; its recorded id

@@ -161,6 +161,7 @@ class Forwarder:
                       target: Target) -> web.StreamResponse:
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
                                       headers=returned(upstream.headers))
+        target.call.dialect = dialect.name
         pieces: list[tuple[int, bytes]] = []  # (arrival ms, bytes) of every piece passed on, not yet decoded
         keep = pieces.append
         decoder = reader = None  # made after the first piece is passed on: not on the first byte's path
@@ -266,7 +267,8 @@ class Forwarder:
             return
         decoder = dialect.stream_decoder()
         end = now_ms()
-        self._decode(decoder, events, call, end, caller)
+        self._decode(decoder, events, call, end, caller, keep=False)
+        call.dialect, call.body = dialect.name, body  # kept as the provider sent it, not as events made of it
         call.chunks.extend(TimedChunk(end, c) for c in decoder.close())
         self.sink.record(caller, call)
 
@@ -275,7 +277,9 @@ class Forwarder:
         self.sink.record_failure(target.caller, target.call, failed)
 
     def _decode(self, decoder: StreamDecoder, events: list[SSEEvent], call: ObservedCall, at: int,
-                caller: Caller) -> None:
+                caller: Caller, *, keep: bool = True) -> None:
+        if keep:  # every event as it came, the envelope's with the content's (`wire.recorded`)
+            call.events += events
         for name, data in events:
             try:
                 chunks = decoder.feed(name, data)

@@ -57,8 +57,10 @@ from mockllm.record.events import SessionEvents
 from mockllm.record.lineage import Layout, SessionFacts, facts_of, lay_out
 from mockllm.record.redact import Redactor, redact_chunks
 from mockllm.record.side import SIDE_PREFIX, SideRoutes, write_json
+from mockllm.record.wire import keep_wire
 from mockllm.scenario.count_tokens import request_key, write_counts
 from mockllm.scenario.embeddings import RecordedEmbedding, call_of, write_embeddings
+from mockllm.scenario.envelopes import ENVELOPES_FILE
 from mockllm.script.entries import ChunksEntry, Entry, ThrowEntry
 from mockllm.script.templates import CWD
 
@@ -130,7 +132,7 @@ class SessionTree:
         try:
             out.mkdir(parents=True, exist_ok=True)
             taken = [p.name for p in out.iterdir() if p.name.startswith((LOG_PREFIX, SIDE_PREFIX))
-                     or p.name in (SIDECAR_FILE, MANIFEST_FILE, COUNT_TOKENS_FILE, EMBEDDINGS_FILE)]
+                     or p.name in (SIDECAR_FILE, MANIFEST_FILE, COUNT_TOKENS_FILE, EMBEDDINGS_FILE, ENVELOPES_FILE)]
         except OSError as exc:
             raise RecordError(f"{out}: cannot record there ({exc.strerror or exc}); name a folder that can be "
                               "created, or a new or empty one") from None
@@ -166,6 +168,14 @@ class SessionTree:
             name_results(call, session.facts.last.tool_calls)
         session.facts.calls.append(facts_of(call))
         self._append(session, session.events.call(call, self.redactor))
+        self._keep_wire(session.id, session.events.calls - 1, call)
+
+    def _keep_wire(self, session: str, number: int, call: ObservedCall) -> None:
+        """What the provider sent for a call that ended as it should (`wire.recorded`): one line of
+        `envelopes.jsonl`, made and appended on the writer thread, in order with the logs (decoding
+        a long answer's events again would hold the loop, and every stream it forwards, for it)."""
+        if call.dialect is not None:
+            self._submit(keep_wire, self.out / ENVELOPES_FILE, session, number, call, self.redactor, self.durable)
 
     def record_failure(self, caller: Caller, call: ObservedCall, failed: Failed) -> None:
         """An upstream HTTP error: the log gets a call ending in an error finish where it happened, and

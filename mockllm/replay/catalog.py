@@ -11,10 +11,12 @@ from dataclasses import dataclass
 
 import msgspec
 
+from mockllm.scenario.envelopes import WireCall
 from mockllm.scenario.load import Scenario
 from mockllm.script.derive import Timing
-from mockllm.script.entries import FROM_REQUEST, Entry
+from mockllm.script.entries import FROM_REQUEST, ChunksEntry, Entry
 from mockllm.script.templates import CWD, resolve_entry
+from mockllm.wire import dialect_named, recorded
 from mockllm.wire.dialect import Dialect
 from mockllm.wire.envelope import Envelope
 from mockllm.wire.render import Reading, read
@@ -41,7 +43,10 @@ class Catalog:
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
-        self.model = next((s.model for s in scenario.sessions if s.model), DEFAULT_MODEL)
+        # The model the recording called: as its logs name it, else as the provider named it (a
+        # tree `mockllm record` wrote keeps each call's in `envelopes.jsonl`), else made up.
+        self.model = next((s.model for s in scenario.sessions if s.model), None) or next(
+            (w.model for s in scenario.sessions for w in s.wires if w is not None and w.model), DEFAULT_MODEL)
         # Scripts by index: the sessions' in script order, then the side routes' (side_script()).
         self._scripts = [s.entries for s in scenario.sessions] + [r.entries for r in scenario.side_routes]
         self._created = [int(s.created_at // 1000) for s in scenario.sessions] + [0] * len(scenario.side_routes)
@@ -49,6 +54,7 @@ class Catalog:
         self._placeholders = [[_scan(entry) for entry in entries] for entries in self._scripts]
         self._rendered: dict[str, list[list[_Rendered | None]]] = {}
         self._readings: list[list[Reading | None]] = [[None] * len(entries) for entries in self._scripts]
+        self._reply_ids: dict[str, dict[str, tuple[int, int]]] = {}  # per dialect, provider ids replayed
 
     def entry(self, script: int, call: int) -> Entry:
         return self._scripts[script][call]
@@ -64,10 +70,16 @@ class Catalog:
         return len(self.scenario.sessions) + route
 
     def warm(self, dialect: Dialect) -> None:
-        """Render every entry for `dialect` now (at start-up, off the request path)."""
+        """Render every entry for `dialect` now (at start-up, off the request path), and each call
+        whose provider's answer was recorded in the dialect it was recorded in: checking that
+        answer against the log costs more than rendering the call, so it is not left to a client."""
         for script, entries in enumerate(self._scripts):
             for call in range(len(entries)):
                 self._cached(dialect, script, call)
+                wire = self._wire(script, call)
+                own = dialect_named(wire.dialect) if wire is not None else None
+                if own is not None and own is not dialect:
+                    self._cached(own, script, call)
 
     def reply(self, dialect: Dialect, script: int, call: int, request: Request | None, cwd: str | None) -> Reply:
         """The reply for entry `call` of script `script`; raises TemplateError for an unmatched template."""
@@ -89,13 +101,45 @@ class Catalog:
 
     def _render(self, dialect: Dialect, script: int, call: int) -> _Rendered:
         envelope = Envelope(dialect.reply_id(script, call), self._created[script], self._models[script])
-        if self._placeholders[script][call].per_request:
+        wire = self._wire(script, call)
+        if wire is not None:  # the provider's model in every dialect; in its own, its id and time too
+            envelope = recorded.envelope(wire, dialect, envelope)
+        placeholders = self._placeholders[script][call]
+        if placeholders.per_request:
             return _Rendered(envelope, None)
         # Read once for every dialect: a call first asked for in another one only takes its events.
         reading = self._readings[script][call]
         if reading is None:
             reading = self._readings[script][call] = read(self._scripts[script][call])
-        return _Rendered(envelope, dialect.render(reading, envelope))
+        reply = dialect.render(reading, envelope)
+        entry = reading.entry
+        # In the dialect it was recorded in, what the provider sent, while it still says what the
+        # log says (`wire.recorded`); a call naming the run's folder is rendered per run instead.
+        if (wire is not None and wire.dialect == dialect.name and isinstance(entry, ChunksEntry)
+                and not placeholders.mentions_cwd):
+            sources = recorded.says(dialect, wire, entry.chunks)
+            if sources is not None:
+                reply = recorded.replayed(dialect, wire, sources, reply)
+        return _Rendered(envelope, reply)
+
+    def reply_of(self, dialect: Dialect, reply_id: str) -> tuple[int, int] | None:
+        """The (script, call) a reply id this scenario answers with names: one mockllm made up
+        (`Dialect.reply_of`), or a provider's, replayed in the dialect it was recorded in."""
+        ids = self._reply_ids.get(dialect.name)
+        if ids is None:
+            ids = self._reply_ids[dialect.name] = {
+                wire.reply_id: (script, call)
+                for script, session in enumerate(self.scenario.sessions)
+                for call, wire in enumerate(session.wires)
+                if wire is not None and wire.dialect == dialect.name and wire.reply_id is not None}
+        # A provider's id first: a recording of a mockllm replay holds ids that look made up.
+        return ids.get(reply_id) or dialect.reply_of(reply_id)
+
+    def _wire(self, script: int, call: int) -> WireCall | None:
+        """What the provider sent for entry `call` of script `script`, if the recorder kept it."""
+        sessions = self.scenario.sessions
+        wires = sessions[script].wires if script < len(sessions) else ()
+        return wires[call] if call < len(wires) else None
 
 
 def _scan(entry: Entry) -> _Placeholders:

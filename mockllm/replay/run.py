@@ -204,7 +204,8 @@ class Run:
         header, else the session whose reply it continues, else its conversation."""
 
         def continued(reply_id: str) -> str | None:
-            binding = self._bindings.continued(dialect.reply_of(reply_id))
+            assert self.catalog is not None
+            binding = self._bindings.continued(self.catalog.reply_of(dialect, reply_id))
             return binding.live_id if binding is not None else None
 
         return calling_session(header_id, request, continued, self._by_conversation)

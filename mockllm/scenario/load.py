@@ -19,6 +19,7 @@ from mockllm.dsh.reader import SessionLog, read_log
 from mockllm.errors import NotAScenarioError, RecordingError, ScenarioError
 from mockllm.scenario.count_tokens import load_counts, request_key
 from mockllm.scenario.embeddings import EmbeddingStore, read_embeddings
+from mockllm.scenario.envelopes import WireCall, load_envelopes
 from mockllm.scenario.side_routes import SideRoute, SideRouteSpec, load_side_route, read_manifest
 from mockllm.script.derive import Timing, call_timings, derive_script, recorded_model
 from mockllm.script.entries import Entry, tool_call_ids, tools_called
@@ -46,6 +47,9 @@ class SessionScript:
     timed: list[int | None] = field(default_factory=list)
     system: str | None = None  # its first call's system prompt, when the log names it (binds twins)
     path: Path | None = None
+    # Per entry, what the provider sent for it, where the recorder kept it (`envelopes.jsonl`);
+    # empty when nothing was kept (a dsh corpus, an older recording).
+    wires: list[WireCall | None] = field(default_factory=list)
     _timings: list[Timing | None] | None = None
     # The whole log, kept only when asked (`keep_logs`): serving needs the scripts, not the events,
     # and a large suite's events would otherwise stay in memory for the server's lifetime.
@@ -229,6 +233,14 @@ def build_scenario(name: str, path: Path, primary: Path | None, children: Sequen
         problems.append(exc)
     if not sessions and not problems and embeddings is not None and primary is None and sidecar_file is None:
         sessions.append(_embeddings_only_primary(path))
+    try:
+        envelopes = load_envelopes(path)
+    except RecordingError as exc:
+        problems.append(exc)
+        envelopes = {}
+    if envelopes:
+        for session in sessions:
+            session.wires = [envelopes.get((session.id, n)) if n is not None else None for n in session.timed]
     if problems:
         raise ScenarioError(name, problems)
 

@@ -28,4 +28,11 @@ DEFAULT: Dialect = CHAT
 # Served under every base root (`/`, `/scenarios/{name}`, `/runs/{run}`), in this order.
 DIALECTS: tuple[Dialect, ...] = (CHAT, AnthropicMessages(), Responses(), Gemini(), Ollama())
 
-__all__ = ["CHAT", "DEFAULT", "DIALECTS", "Dialect", "models_body"]
+
+
+def dialect_named(name: str) -> Dialect | None:
+    """The registered dialect called `name` (`Dialect.name`), if any."""
+    return next((d for d in DIALECTS if d.name == name), None)
+
+
+__all__ = ["CHAT", "DEFAULT", "DIALECTS", "Dialect", "dialect_named", "models_body"]

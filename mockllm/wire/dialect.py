@@ -33,6 +33,7 @@ from mockllm.wire.envelope import Envelope
 from mockllm.wire.render import Reading
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Request
+from mockllm.wire.sse import data_event, named_event
 from mockllm.wire.sse_reader import SSEReader
 
 
@@ -198,6 +199,20 @@ class Dialect(ABC):
         """A whole (`stream: false`) answer as the events a stream of the same answer would have
         sent, for `stream_decoder()`, so one decoder records both; None: not read (not recorded)."""
         return None
+
+    def frame(self, name: str | None, data: bytes) -> bytes | None:
+        """One recorded event (`recorded.WireCall`) in this dialect's framing: SSE for a dialect
+        that streams SSE; None where the dialect does not say how (its recorded streams are then
+        rendered from their chunks, as in any other dialect)."""
+        if self.stream_type != SSE:
+            return None
+        return named_event(name, data) if name else data_event(data)
+
+    def recorded_ending(self, events: Sequence[tuple[str | None, Any]]) -> tuple[int | None, int]:
+        """Of a recorded stream's events (`recorded.WireCall.stream`): which one is the usage frame
+        a client gets only when it asks for usage (None: there is none), and where the closing
+        frames begin (by default none: every event is a frame)."""
+        return None, len(events)
 
     def reply_of(self, reply_id: str) -> tuple[int, int] | None:
         """The (script, call) an earlier reply id was rendered for, when this dialect's ids say so."""

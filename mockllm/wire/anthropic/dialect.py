@@ -264,7 +264,10 @@ class _MessageCall(CallRender):
         # Encoded once: message_start and the non-streamed message both carry them.
         self._id, self._model = _encode(self.envelope.reply_id), _encode(self.envelope.model)
         self._usage = _encode(usage_object(self.usage))
-        self.frames.append(_MESSAGE_START % (self._id, self._model, self._usage))
+        start = self._usage
+        if self.envelope.recorded:  # no output yet when the message starts (Envelope.recorded)
+            start = _encode({**usage_object(self.usage), "output_tokens": 0})
+        self.frames.append(_MESSAGE_START % (self._id, self._model, start))
 
     def text(self, chunk: TextDelta) -> None:
         self._delta(chunk.index, "text", chunk.text)

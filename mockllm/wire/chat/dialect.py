@@ -10,6 +10,7 @@ Requests are read in `request`; a live stream is decoded back into chunks in `st
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -91,9 +92,20 @@ class ChatCompletions(Dialect):
     def stream_decoder(self) -> StreamDecoder:
         return ChatStreamDecoder()
 
+    def recorded_ending(self, events: Sequence[tuple[str | None, Any]]) -> tuple[int | None, int]:
+        # `[DONE]` closes the stream; the chunk with no choices and the usage is what a client
+        # gets only when it asks for usage (`stream_options.include_usage`), right before it.
+        closing = len(events) - 1 if events and events[-1][1] == "[DONE]" else len(events)
+        usage = next((k for k in range(closing - 1, -1, -1) if _usage_only(events[k][1])), None)
+        return usage, closing
+
     def body_events(self, body: bytes) -> list[SSEEvent] | None:
         reply = whole_reply(body)
         return None if reply is None else chat_stream.body_events(reply)
+
+
+def _usage_only(data: Any) -> bool:
+    return isinstance(data, dict) and data.get("choices") == [] and isinstance(data.get("usage"), dict)
 
 
 def render_entry(entry: Entry, envelope: Envelope) -> Reply:

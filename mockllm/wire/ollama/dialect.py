@@ -154,6 +154,9 @@ class Ollama(Dialect):
     def frame_reader(self) -> FrameReader:
         return NDJSONReader()
 
+    def frame(self, name: str | None, data: bytes) -> bytes:
+        return line(data)
+
     def body_events(self, body: bytes) -> list[SSEEvent] | None:
         # A whole answer is the one object a stream's lines add up to: the decoder reads it as a line.
         return [(None, body.strip())] if body.strip().startswith(b"{") else None
