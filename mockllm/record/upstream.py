@@ -7,11 +7,10 @@ It sits on every live call's path, so it does only what forwarding needs, and do
 - No URL objects, cookie jar, timers or tracing per request (aiohttp's client spent ~0.1 ms per
   call on those, on a path that must add at most 0.5 ms to the first byte).
 
-What an upstream may answer is read as HTTP/1.1 has it: informational (1xx) heads skipped; a body
-framed by `Transfer-Encoding: chunked`, `Content-Length` or the connection's end; gzip and deflate
-decoded (identity is asked for; other codings are refused). A connection goes back to the pool only
-after a framed answer was read to its end; one found closed before any byte of its answer (the
-upstream dropped an idle connection as the request went out) is retried once on a new one.
+Each connection (`http1.Connection`) parses its answers as HTTP/1.1 has them. A connection goes
+back to the pool only after a framed answer was read to its end; one found closed before any byte
+of its answer (the upstream dropped an idle connection as the request went out) is retried once on
+a new one.
 TLS is the system's default context. Proxies from the environment are not used (as before, with
 aiohttp's client and its default `trust_env=False`).
 """
@@ -21,32 +20,18 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-import zlib
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
-from multidict import CIMultiDict
-
-from mockllm.errors import MockllmError
+from mockllm.record.http1 import Answer, Connection, Origin, Stale, UpstreamCut, UpstreamError
 
 # An idle connection older than this is not reused: upstreams close idle connections after a while,
 # and one closed while a request is on its way costs a retry.
 IDLE_SECONDS = 15.0
-# Read no further ahead of a slow client than this (the upstream waits, as it would for the client).
-HIGH_WATER = 1 << 20
 CONNECT_SECONDS = 30.0
 
-
-class UpstreamError(MockllmError, OSError):
-    """The upstream could not be reached, or answered with something that is not HTTP/1.1."""
-
-
-class UpstreamCut(MockllmError):
-    """The upstream's answer broke off before its end."""
-
-
-Origin = tuple[str, str, int]  # (scheme, host, port)
+__all__ = ["Answer", "Exchange", "Upstream", "UpstreamCut", "UpstreamError"]
 
 
 class Upstream:
@@ -55,8 +40,8 @@ class Upstream:
     def __init__(self, connect_seconds: float = CONNECT_SECONDS, ssl_context: ssl.SSLContext | None = None) -> None:
         """`ssl_context`: for https upstreams; the system's default one when None."""
         self.connect_seconds = connect_seconds
-        self._idle: dict[Origin, deque[_Connection]] = {}
-        self._open: set[_Connection] = set()
+        self._idle: dict[Origin, deque[Connection]] = {}
+        self._open: set[Connection] = set()
         self._ssl = ssl_context
 
     def start(self, method: str, url: str, headers: Iterable[tuple[bytes, bytes]], body: bytes) -> Exchange:
@@ -84,7 +69,7 @@ class Upstream:
             connection.drop()
         self._idle.clear()
 
-    def _take_idle(self, origin: Origin) -> _Connection | None:
+    def _take_idle(self, origin: Origin) -> Connection | None:
         idle = self._idle.get(origin)
         now = time.monotonic()
         while idle:
@@ -94,14 +79,14 @@ class Upstream:
             connection.drop()
         return None
 
-    async def _connect(self, origin: Origin) -> _Connection:
+    async def _connect(self, origin: Origin) -> Connection:
         scheme, host, port = origin
         if scheme == "https" and self._ssl is None:
             self._ssl = ssl.create_default_context()
         loop = asyncio.get_running_loop()
         try:
             _, connection = await asyncio.wait_for(loop.create_connection(
-                lambda: _Connection(self, origin), host, port, ssl=self._ssl if scheme == "https" else None),
+                lambda: Connection(self, origin), host, port, ssl=self._ssl if scheme == "https" else None),
                 self.connect_seconds)
         except TimeoutError:
             raise UpstreamError(f"connecting to {host}:{port} timed out after {self.connect_seconds:g} s") from None
@@ -109,7 +94,15 @@ class Upstream:
             raise UpstreamError(str(exc) or type(exc).__name__) from exc
         return connection
 
-    def _release(self, connection: _Connection) -> None:
+    # -- Pool: what its connections tell it -------------------------------------------------------
+
+    def opened(self, connection: Connection) -> None:
+        self._open.add(connection)
+
+    def lost(self, connection: Connection) -> None:
+        self._open.discard(connection)
+
+    def release(self, connection: Connection) -> None:
         connection.idle_since = time.monotonic()
         self._idle.setdefault(connection.origin, deque()).append(connection)
 
@@ -125,14 +118,14 @@ class Exchange:
         self.request = request
         self.head_only = head_only
         self.error = error  # it cannot be sent: raised by `answer`
-        self._connection: _Connection | None = None
+        self._connection: Connection | None = None
 
     @property
     def sent(self) -> bool:
         """Whether the request is written already (on an idle connection, by `start`)."""
         return self._connection is not None
 
-    def send_on(self, connection: _Connection) -> None:
+    def send_on(self, connection: Connection) -> None:
         self._connection = connection
         connection.send(self.request, self.head_only)
 
@@ -144,7 +137,7 @@ class Exchange:
             self._connection.send(self.request, self.head_only)
         try:
             return await self._connection.head()
-        except _Stale:
+        except Stale:
             # The upstream closed an idle connection as the request went out, and answered nothing.
             self._connection = await self.upstream._connect(self.origin)
             self._connection.send(self.request, self.head_only)
@@ -155,276 +148,3 @@ class Exchange:
         connection, self._connection = self._connection, None
         if connection is not None:
             connection.finish()
-
-
-class Answer:
-    """An upstream answer's head; its body is read with `iter_any` or `read`."""
-
-    def __init__(self, connection: _Connection, status: int, reason: str, headers: CIMultiDict[str]) -> None:
-        self._connection = connection
-        self.status = status
-        self.reason = reason
-        self.headers = headers
-        self.content_type = headers.get("Content-Type", "").partition(";")[0].strip().lower()
-
-    async def iter_any(self) -> AsyncIterator[bytes]:
-        """The body's bytes as they arrive (UpstreamCut if it breaks off)."""
-        connection = self._connection
-        while True:
-            piece = await connection.next_piece()
-            if piece is None:
-                return
-            yield piece
-
-    async def read(self) -> bytes:
-        return b"".join([piece async for piece in self.iter_any()])
-
-
-class _Stale(Exception):
-    """A reused connection closed before any byte of its answer arrived."""
-
-
-_HEAD, _SIZE, _DATA, _DATA_END, _TRAILER, _LENGTH, _TO_CLOSE, _DONE = range(8)
-
-
-class _Connection(asyncio.Protocol):
-    """One connection: sends a request, parses its answer's head and body as bytes arrive."""
-
-    def __init__(self, upstream: Upstream, origin: Origin) -> None:
-        self.upstream = upstream
-        self.origin = origin
-        self.transport: asyncio.Transport | None = None
-        self.idle_since = 0.0
-        self._closed = False
-        self._reused = False
-        self._reset(False)
-
-    def _reset(self, head_only: bool) -> None:
-        self._buf = bytearray()
-        self._state = _HEAD
-        self._head_only = head_only
-        self._head: asyncio.Future[Answer] | None = None
-        self._pieces: deque[bytes] = deque()
-        self._queued = 0
-        self._wake: asyncio.Future[None] | None = None
-        self._error: BaseException | None = None
-        self._remaining = 0
-        self._keep_alive = True
-        self._decompress: zlib._Decompress | None = None
-        self._paused = False
-        self._received = False
-
-    @property
-    def usable(self) -> bool:
-        return not self._closed and self.transport is not None and not self.transport.is_closing()
-
-    # -- asyncio.Protocol ---------------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport
-        self.upstream._open.add(self)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._closed = True
-        self.upstream._open.discard(self)
-        if self._state == _TO_CLOSE:
-            self._end()
-        elif self._state != _DONE and self._head is not None:
-            if not self._received and self._reused and not self._head.done():
-                self._head.set_exception(_Stale())
-            else:
-                why = f" ({exc})" if exc else ""
-                self._fail(UpstreamCut(f"the upstream closed the connection{why} before its answer's end")
-                           if self._head.done() else UpstreamError(f"the upstream closed the connection{why} "
-                                                                   "before it answered"))
-
-    def eof_received(self) -> bool | None:
-        return False  # close our side too: connection_lost follows
-
-    def data_received(self, data: bytes) -> None:
-        if self._head is None or self._state == _DONE:  # nothing asked: not an HTTP answer we can place
-            self.drop()
-            return
-        self._received = True
-        self._buf += data
-        try:
-            self._parse()
-        except UpstreamError as exc:
-            self._fail(exc)
-            self.drop()
-
-    # -- one request --------------------------------------------------------------------------------
-
-    def send(self, request: bytes, head_only: bool) -> None:
-        self._reused = self.idle_since > 0
-        self._reset(head_only)
-        self._head = asyncio.get_running_loop().create_future()
-        assert self.transport is not None
-        self.transport.write(request)
-
-    async def head(self) -> Answer:
-        assert self._head is not None
-        return await self._head
-
-    async def next_piece(self) -> bytes | None:
-        while not self._pieces:
-            if self._error is not None:
-                raise self._error
-            if self._state == _DONE:
-                return None
-            self._wake = asyncio.get_running_loop().create_future()
-            await self._wake
-        piece = self._pieces.popleft()
-        self._queued -= len(piece)
-        if self._paused and self._queued < HIGH_WATER and self.transport is not None:
-            self._paused = False
-            self.transport.resume_reading()
-        return piece
-
-    def finish(self) -> None:
-        if self._state == _DONE and self._keep_alive and self.usable:
-            self.upstream._release(self)
-            return
-        if self._head is not None and not self._head.done():
-            self._head.cancel()  # nobody will await it: no "exception never retrieved" when it fails
-        self.drop()
-
-    def drop(self) -> None:
-        self._closed = True
-        if self.transport is not None:
-            self.transport.abort()
-
-    # -- parsing ------------------------------------------------------------------------------------
-
-    def _parse(self) -> None:
-        buf = self._buf
-        if self._state == _HEAD:
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(buf) > 65536:
-                    raise UpstreamError("the upstream's answer head is over 64 KiB")
-                return
-            head = bytes(buf[:end]).decode("latin-1")
-            del buf[:end + 4]
-            if not self._read_head(head):
-                self._parse()  # an informational head: the real one follows
-                return
-        body = bytearray()
-        while buf and self._state not in (_DONE, _TO_CLOSE):
-            if self._state == _LENGTH:
-                take = min(self._remaining, len(buf))
-                body += buf[:take]
-                del buf[:take]
-                self._remaining -= take
-                if not self._remaining:
-                    self._state = _DONE
-            elif self._state == _DATA:
-                take = min(self._remaining, len(buf))
-                body += buf[:take]
-                del buf[:take]
-                self._remaining -= take
-                if not self._remaining:
-                    self._state = _DATA_END
-            else:  # _SIZE, _DATA_END, _TRAILER: a line each
-                end = buf.find(b"\r\n")
-                if end < 0:
-                    if len(buf) > 4096:
-                        raise UpstreamError("a chunked answer's size line is over 4 KiB")
-                    break
-                line = bytes(buf[:end])
-                del buf[:end + 2]
-                self._line(line)
-        if self._state == _TO_CLOSE and buf:
-            body += buf
-            buf.clear()
-        if body:
-            self._emit(bytes(body))
-        if self._state == _DONE:
-            self._end()
-
-    def _line(self, line: bytes) -> None:
-        if self._state == _SIZE:
-            try:
-                self._remaining = int(line.partition(b";")[0].strip(), 16)
-            except ValueError:
-                raise UpstreamError(f"a chunked answer's size line is not a size: {line[:40]!r}") from None
-            self._state = _DATA if self._remaining else _TRAILER
-        elif self._state == _DATA_END:
-            if line:
-                raise UpstreamError("a chunk of the upstream's answer does not end where its size says")
-            self._state = _SIZE
-        elif not line:  # _TRAILER: the blank line after the trailers ends the answer
-            self._state = _DONE
-
-    def _read_head(self, head: str) -> bool:
-        """Read a head; False for an informational (1xx) one."""
-        status_line, _, rest = head.partition("\r\n")
-        version, _, status_reason = status_line.partition(" ")
-        status_text, _, reason = status_reason.partition(" ")
-        if not version.startswith("HTTP/1.") or not (status_text.isdigit() and len(status_text) == 3):
-            raise UpstreamError(f"the upstream did not answer in HTTP/1.1: {status_line[:80]!r}")
-        status = int(status_text)
-        if 100 <= status < 200:
-            return False
-        headers: CIMultiDict[str] = CIMultiDict()
-        for line in rest.split("\r\n") if rest else ():
-            name, sep, value = line.partition(":")
-            if not sep or not name or name != name.strip():
-                raise UpstreamError(f"the upstream's answer has a bad header line: {line[:80]!r}")
-            headers.add(name, value.strip())
-        connection = headers.get("Connection", "").lower()
-        self._keep_alive = "close" not in connection and (version == "HTTP/1.1" or "keep-alive" in connection)
-        coding = headers.get("Content-Encoding", "identity").strip().lower()
-        if coding in ("gzip", "x-gzip", "deflate"):
-            self._decompress = zlib.decompressobj(31 if "gzip" in coding else 15)
-        elif coding not in ("identity", ""):
-            raise UpstreamError(f"the upstream answered in content-encoding {coding}, though identity was asked for")
-        if self._head_only or status in (204, 304):
-            self._state = _DONE
-        elif "chunked" in headers.get("Transfer-Encoding", "").lower():
-            self._state = _SIZE
-        elif "Content-Length" in headers:
-            try:
-                self._remaining = int(headers["Content-Length"])
-            except ValueError:
-                raise UpstreamError(f"bad Content-Length {headers['Content-Length']!r}") from None
-            self._state = _LENGTH if self._remaining else _DONE
-        else:
-            self._state, self._keep_alive = _TO_CLOSE, False
-        assert self._head is not None
-        if not self._head.done():
-            self._head.set_result(Answer(self, status, reason, headers))
-        return True
-
-    def _emit(self, piece: bytes, *, decoded: bool = False) -> None:
-        if self._decompress is not None and not decoded:
-            try:
-                piece = self._decompress.decompress(piece)
-            except zlib.error as exc:
-                raise UpstreamError(f"the upstream's compressed answer does not decompress: {exc}") from None
-        if not piece:
-            return
-        self._pieces.append(piece)
-        self._queued += len(piece)
-        if self._queued > HIGH_WATER and not self._paused and self.transport is not None:
-            self._paused = True
-            self.transport.pause_reading()
-        self._wake_reader()
-
-    def _end(self) -> None:
-        self._state = _DONE
-        if self._decompress is not None:
-            self._emit(self._decompress.flush(), decoded=True)
-            self._decompress = None
-        self._wake_reader()
-
-    def _fail(self, exc: BaseException) -> None:
-        self._error = exc
-        if self._head is not None and not self._head.done():
-            self._head.set_exception(exc)
-        self._wake_reader()
-
-    def _wake_reader(self) -> None:
-        wake, self._wake = self._wake, None
-        if wake is not None and not wake.done():
-            wake.set_result(None)
