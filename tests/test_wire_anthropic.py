@@ -14,8 +14,9 @@ from mockllm.dsh.chunks import StreamChunk
 from mockllm.scenario.load import load_scenario
 from mockllm.script.entries import ChunksEntry, Entry
 from mockllm.script.templates import request_text
-from mockllm.wire.anthropic.dialect import MESSAGE_STOP, SIGNATURE, AnthropicMessages, render_entry
+from mockllm.wire.anthropic.dialect import MESSAGE_STOP, SIGNATURE, AnthropicMessages
 from mockllm.wire.envelope import Envelope
+from mockllm.wire.render import read
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Message, ToolCall
 from mockllm.wire.sse import iter_events
@@ -34,7 +35,7 @@ def chunks(*items: dict[str, Any]) -> Entry:
 
 
 def render(data: Entry) -> Reply:
-    return render_entry(data, ENVELOPE)
+    return AnthropicMessages().render(read(data), ENVELOPE)
 
 
 def events(raw: bytes) -> list[dict[str, Any]]:

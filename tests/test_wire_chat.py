@@ -1,4 +1,4 @@
-"""`render_entry`: script entries to OpenAI chat-completions SSE bytes (pure, no server)."""
+"""`ChatCompletions.render`: script entries to OpenAI chat-completions SSE bytes (pure, no server)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import msgspec
 import pytest
 
 from mockllm.script.entries import Entry
-from mockllm.wire.chat.dialect import DONE, render_entry
+from mockllm.wire.chat.dialect import DONE, ChatCompletions
 from mockllm.wire.envelope import Envelope
+from mockllm.wire.render import read
 from mockllm.wire.reply import Reply
 from tests.conftest import sse_payloads
 
@@ -27,7 +28,7 @@ def chunks(*items: dict[str, Any]) -> Entry:
 
 
 def render(data: Entry) -> Reply:
-    return render_entry(data, ENVELOPE)
+    return ChatCompletions().render(read(data), ENVELOPE)
 
 
 def deltas(raw: bytes) -> list[dict[str, Any]]:

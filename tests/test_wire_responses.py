@@ -17,9 +17,10 @@ from mockllm.scenario.load import load_scenario
 from mockllm.script.entries import ChunksEntry, Entry
 from mockllm.wire import DIALECTS
 from mockllm.wire.envelope import Envelope
+from mockllm.wire.render import read
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Message, ToolCall
-from mockllm.wire.responses.dialect import Responses, render_entry
+from mockllm.wire.responses.dialect import Responses
 from mockllm.wire.sse import iter_events
 from tests.logbuilder import CORPUS, corpus_or_skip, text_call, write_sessions
 
@@ -36,7 +37,7 @@ def chunks(*items: dict[str, Any]) -> Entry:
 
 
 def render(data: Entry) -> Reply:
-    return render_entry(data, ENVELOPE)
+    return Responses().render(read(data), ENVELOPE)
 
 
 def events(raw: bytes) -> list[dict[str, Any]]:
@@ -426,7 +427,7 @@ def test_decoder_round_trips_every_corpus_call(scenario_dir, file, call):
     session = next(s for s in load_scenario(scenario_dir).sessions if s.file == file)
     recorded = session.entries[call]
     assert isinstance(recorded, ChunksEntry)
-    raw = render_entry(recorded, ENVELOPE).stream_bytes(True)
+    raw = Responses().render(read(recorded), ENVELOPE).stream_bytes(True)
     assert decoded(raw) == [_as_sent(c) for c in recorded.chunks]
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import msgspec
 
@@ -30,7 +30,7 @@ from mockllm.dsh.chunks import (
     UsageChunk,
 )
 from mockllm.wire.envelope import Envelope
-from mockllm.wire.render import Reading
+from mockllm.wire.render import CallRender, Reading, render_entry
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Request
 from mockllm.wire.sse import data_event, named_event
@@ -217,3 +217,24 @@ class Dialect(ABC):
     def reply_of(self, reply_id: str) -> tuple[int, int] | None:
         """The (script, call) an earlier reply id was rendered for, when this dialect's ids say so."""
         return None
+
+
+class WalkedDialect(Dialect):
+    """A dialect whose answers one `CallRender` subclass walks and whose whole answers its stream
+    decoder reads as events (chat completions, Anthropic Messages, Responses): it names those pieces,
+    and the methods that join them are written once, here."""
+
+    call: ClassVar[type[CallRender]]  # walks a reading into this dialect's events
+    decoder: ClassVar[type[StreamDecoder]]  # decodes one live stream back into chunks
+    whole_events: ClassVar[staticmethod[[dict[str, Any]], list[SSEEvent]]]  # a whole answer as a stream's events
+
+    def render(self, reading: Reading, envelope: Envelope) -> Reply:
+        return render_entry(self.call, reading, envelope)
+
+    def stream_decoder(self) -> StreamDecoder:
+        return self.decoder()
+
+    def body_events(self, body: bytes) -> list[SSEEvent] | None:
+        reply = whole_reply(body)
+        return None if reply is None else type(self).whole_events(reply)
+

@@ -55,15 +55,12 @@ from mockllm.dsh.chunks import (
     TokenUsage,
     ToolCallDelta,
 )
-from mockllm.script.entries import Entry, ThrowEntry
-from mockllm.wire import render
+from mockllm.script.entries import ThrowEntry
 from mockllm.wire.anthropic import stream as anthropic_stream
 from mockllm.wire.anthropic.request import decode_request
 from mockllm.wire.anthropic.stream import AnthropicStreamDecoder
-from mockllm.wire.dialect import Dialect, SSEEvent, StreamDecoder, whole_reply
-from mockllm.wire.envelope import Envelope
-from mockllm.wire.render import CallRender, Ended, Reading, Run, read
-from mockllm.wire.reply import Reply
+from mockllm.wire.dialect import WalkedDialect
+from mockllm.wire.render import CallRender, Ended, Run
 from mockllm.wire.request import Request
 from mockllm.wire.sse import HOLE, NUMBER, json_template, named_event, named_pieces, named_template, run_pieces
 
@@ -145,33 +142,6 @@ def context_window_message(message: str | None) -> str:
     return f"prompt is too long: {message or 'the context window was exceeded'}"
 
 
-class AnthropicMessages(Dialect):
-    name = "anthropic"
-    path = "/messages"
-
-    def decode_request(self, body: bytes) -> Request:
-        return decode_request(body)
-
-    def reply_id(self, script: int, call: int) -> str:
-        return f"msg_mockllm_{script}_{call}"
-
-    def render(self, reading: Reading, envelope: Envelope) -> Reply:
-        return render.render_entry(_MessageCall, reading, envelope)
-
-    def error_body(self, message: str, code: str | None, status: int) -> bytes:
-        return error_body(message, code, status)
-
-    def stream_decoder(self) -> StreamDecoder:
-        return AnthropicStreamDecoder()
-
-    def body_events(self, body: bytes) -> list[SSEEvent] | None:
-        reply = whole_reply(body)
-        return None if reply is None else anthropic_stream.body_events(reply)
-
-
-def render_entry(entry: Entry, envelope: Envelope) -> Reply:
-    """Answer for one script entry (templates must already be resolved)."""
-    return render.render_entry(_MessageCall, read(entry), envelope)
 
 
 _WIRE_TYPES = {"text": "text", "reasoning": "thinking", "tool-call": "tool_use"}
@@ -366,3 +336,20 @@ class _MessageCall(CallRender):
             self.frames.append(_SIGNATURE_DELTA % block.wire)
         self.frames.append(_BLOCK_STOP % block.wire)
         self._open = None
+
+
+class AnthropicMessages(WalkedDialect):
+    name = "anthropic"
+    path = "/messages"
+    call = _MessageCall
+    decoder = AnthropicStreamDecoder
+    whole_events = staticmethod(anthropic_stream.body_events)
+
+    def decode_request(self, body: bytes) -> Request:
+        return decode_request(body)
+
+    def reply_id(self, script: int, call: int) -> str:
+        return f"msg_mockllm_{script}_{call}"
+
+    def error_body(self, message: str, code: str | None, status: int) -> bytes:
+        return error_body(message, code, status)

@@ -24,15 +24,12 @@ from mockllm.dsh.chunks import (
     TokenUsage,
     ToolCallDelta,
 )
-from mockllm.script.entries import Entry, ThrowEntry
-from mockllm.wire import render
+from mockllm.script.entries import ThrowEntry
 from mockllm.wire.chat import stream as chat_stream
 from mockllm.wire.chat.request import decode_request
 from mockllm.wire.chat.stream import ChatStreamDecoder
-from mockllm.wire.dialect import Dialect, SSEEvent, StreamDecoder, whole_reply
-from mockllm.wire.envelope import Envelope
-from mockllm.wire.render import CallRender, Ended, Reading, Run, read
-from mockllm.wire.reply import Reply
+from mockllm.wire.dialect import WalkedDialect
+from mockllm.wire.render import CallRender, Ended, Run
 from mockllm.wire.request import Request
 from mockllm.wire.sse import HOLE, data_event, run_pieces
 
@@ -73,44 +70,10 @@ def usage_object(usage: TokenUsage) -> dict[str, Any]:
     return out
 
 
-class ChatCompletions(Dialect):
-    name = "chat"
-    path = "/chat/completions"
-
-    def decode_request(self, body: bytes) -> Request:
-        return decode_request(body)
-
-    def reply_id(self, script: int, call: int) -> str:
-        return f"chatcmpl-mockllm-{script}-{call}"
-
-    def render(self, reading: Reading, envelope: Envelope) -> Reply:
-        return render.render_entry(_ChatCall, reading, envelope)
-
-    def error_body(self, message: str, code: str | None, status: int) -> bytes:
-        return error_body(message, code, status)
-
-    def stream_decoder(self) -> StreamDecoder:
-        return ChatStreamDecoder()
-
-    def recorded_ending(self, events: Sequence[tuple[str | None, Any]]) -> tuple[int | None, int]:
-        # `[DONE]` closes the stream; the chunk with no choices and the usage is what a client
-        # gets only when it asks for usage (`stream_options.include_usage`), right before it.
-        closing = len(events) - 1 if events and events[-1][1] == "[DONE]" else len(events)
-        usage = next((k for k in range(closing - 1, -1, -1) if _usage_only(events[k][1])), None)
-        return usage, closing
-
-    def body_events(self, body: bytes) -> list[SSEEvent] | None:
-        reply = whole_reply(body)
-        return None if reply is None else chat_stream.body_events(reply)
 
 
 def _usage_only(data: Any) -> bool:
     return isinstance(data, dict) and data.get("choices") == [] and isinstance(data.get("usage"), dict)
-
-
-def render_entry(entry: Entry, envelope: Envelope) -> Reply:
-    """Answer for one script entry (templates must already be resolved)."""
-    return render.render_entry(_ChatCall, read(entry), envelope)
 
 
 def finish_reason(finish: FinishChunk) -> str:
@@ -279,3 +242,27 @@ class _ChatCall(CallRender):
         if self.usage is not None:
             out["usage"] = usage_object(self.usage)
         return out
+
+
+class ChatCompletions(WalkedDialect):
+    name = "chat"
+    path = "/chat/completions"
+    call = _ChatCall
+    decoder = ChatStreamDecoder
+    whole_events = staticmethod(chat_stream.body_events)
+
+    def decode_request(self, body: bytes) -> Request:
+        return decode_request(body)
+
+    def reply_id(self, script: int, call: int) -> str:
+        return f"chatcmpl-mockllm-{script}-{call}"
+
+    def error_body(self, message: str, code: str | None, status: int) -> bytes:
+        return error_body(message, code, status)
+
+    def recorded_ending(self, events: Sequence[tuple[str | None, Any]]) -> tuple[int | None, int]:
+        # `[DONE]` closes the stream; the chunk with no choices and the usage is what a client
+        # gets only when it asks for usage (`stream_options.include_usage`), right before it.
+        closing = len(events) - 1 if events and events[-1][1] == "[DONE]" else len(events)
+        usage = next((k for k in range(closing - 1, -1, -1) if _usage_only(events[k][1])), None)
+        return usage, closing

@@ -39,13 +39,10 @@ import re
 import msgspec
 
 from mockllm.dsh.chunks import Block, BlockEnd, BlockStart, ReasoningDelta, TextDelta, ToolCallDelta
-from mockllm.script.entries import Entry, ThrowEntry
-from mockllm.wire import render
+from mockllm.script.entries import ThrowEntry
 from mockllm.wire.chat.dialect import error_body, error_type
-from mockllm.wire.dialect import Dialect, SSEEvent, StreamDecoder, whole_reply
-from mockllm.wire.envelope import Envelope
-from mockllm.wire.render import CallRender, Ended, Reading, Run, read
-from mockllm.wire.reply import Reply
+from mockllm.wire.dialect import WalkedDialect
+from mockllm.wire.render import CallRender, Ended, Run
 from mockllm.wire.request import Request
 from mockllm.wire.responses import stream as responses_stream
 from mockllm.wire.responses.events import ERROR, ITEM_ADDED, OPENING, RESPONSE, Item, terminal, usage_json
@@ -56,38 +53,6 @@ _encode = msgspec.json.encode
 _REPLY_ID = re.compile(r"resp_mockllm_(\d+)_(\d+)")
 
 
-class Responses(Dialect):
-    name = "responses"
-    path = "/responses"
-
-    def decode_request(self, body: bytes) -> Request:
-        return decode_request(body)
-
-    def reply_id(self, script: int, call: int) -> str:
-        return f"resp_mockllm_{script}_{call}"
-
-    def reply_of(self, reply_id: str) -> tuple[int, int] | None:
-        """`resp_mockllm_{script}_{call}` back to (script, call); any other id is not ours."""
-        match = _REPLY_ID.fullmatch(reply_id)
-        return (int(match[1]), int(match[2])) if match else None
-
-    def render(self, reading: Reading, envelope: Envelope) -> Reply:
-        return render.render_entry(_ResponseCall, reading, envelope)
-
-    def error_body(self, message: str, code: str | None, status: int) -> bytes:
-        return error_body(message, code, status)
-
-    def stream_decoder(self) -> StreamDecoder:
-        return ResponsesStreamDecoder()
-
-    def body_events(self, body: bytes) -> list[SSEEvent] | None:
-        reply = whole_reply(body)
-        return None if reply is None else responses_stream.body_events(reply)
-
-
-def render_entry(entry: Entry, envelope: Envelope) -> Reply:
-    """Answer for one script entry (templates must already be resolved)."""
-    return render.render_entry(_ResponseCall, read(entry), envelope)
 
 
 _ITEM_PREFIX = {"reasoning": "rs", "text": "msg", "tool-call": "fc"}
@@ -220,3 +185,25 @@ def _whole_text(block: Block) -> str:
             return block.arguments or ""
         return _encode(block.arguments).decode()  # recorded as an object: sent as its JSON text
     return block.text or ""
+
+
+class Responses(WalkedDialect):
+    name = "responses"
+    path = "/responses"
+    call = _ResponseCall
+    decoder = ResponsesStreamDecoder
+    whole_events = staticmethod(responses_stream.body_events)
+
+    def decode_request(self, body: bytes) -> Request:
+        return decode_request(body)
+
+    def reply_id(self, script: int, call: int) -> str:
+        return f"resp_mockllm_{script}_{call}"
+
+    def reply_of(self, reply_id: str) -> tuple[int, int] | None:
+        """`resp_mockllm_{script}_{call}` back to (script, call); any other id is not ours."""
+        match = _REPLY_ID.fullmatch(reply_id)
+        return (int(match[1]), int(match[2])) if match else None
+
+    def error_body(self, message: str, code: str | None, status: int) -> bytes:
+        return error_body(message, code, status)
