@@ -66,6 +66,9 @@ def _add_record(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                              "mockllm.json), not as sessions: a title model, warm-ups (repeatable)")
     record.add_argument("--cwd", dest="record_cwd", metavar="DIR",
                         help="the agent's working folder: written as {{cwd}} in recorded strings, as dsh does")
+    record.add_argument("--mcp", dest="record_mcp", action="append", default=[], metavar="NAME=URL",
+                        help="proxy an MCP server at /mcp/NAME and record it in mcp.NAME.jsonl: NAME=URL (Streamable "
+                             "HTTP) or NAME=stdio:COMMAND ARGS (a stdio server it starts) (repeatable)")
     record.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
 
 
@@ -81,7 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return record_forever(RecordOptions(args.upstream, args.out, pack=args.pack, redact=tuple(args.redact),
                                             host=args.host, port=args.port, log_level=args.log_level,
                                             session_headers=tuple(args.session_headers),
-                                            side_routes=tuple(args.record_side_routes), cwd=args.record_cwd))
+                                            side_routes=tuple(args.record_side_routes), cwd=args.record_cwd,
+                                            mcp=tuple(args.record_mcp)))
     if args.verb == "inspect":
         from mockllm.cli.tree_view import run_inspect
 

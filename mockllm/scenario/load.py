@@ -17,6 +17,9 @@ from mockllm.dsh.header import SessionHeader, SessionKind
 from mockllm.dsh.names import CHILD_FILE, MANIFEST_FILE, PRIMARY_FILE, SIDECAR_FILE
 from mockllm.dsh.reader import SessionLog, read_log
 from mockllm.errors import NotAScenarioError, RecordingError, ScenarioError
+from mockllm.mcp.log import FILE as MCP_FILE
+from mockllm.mcp.log import McpLog
+from mockllm.mcp.log import read_log as read_mcp_log
 from mockllm.scenario.count_tokens import load_counts, request_key
 from mockllm.scenario.side_routes import SideRoute, SideRouteSpec, load_side_route, read_manifest
 from mockllm.script.derive import Timing, call_timings, derive_script, recorded_model
@@ -73,6 +76,7 @@ class Scenario:
     side_routes: list[SideRoute] = field(default_factory=list)
     # model -> index into side_routes: looked up for every request, so a dict.
     side_models: dict[str, int] = field(default_factory=dict)
+    mcp: dict[str, McpLog] = field(default_factory=dict)  # recorded MCP servers by name (`mcp.NAME.jsonl`)
 
     # (script, call) -> names of the tools that entry calls, filled on first use.
     _tools: dict[tuple[int, int], tuple[str, ...]] = field(default_factory=dict)
@@ -219,6 +223,12 @@ def build_scenario(name: str, path: Path, primary: Path | None, children: Sequen
             sessions.insert(0, _override_only_primary(path, sidecar))
         except RecordingError as exc:
             problems.append(exc)
+    servers: dict[str, McpLog] = {}
+    for file in mcp_files(path):
+        try:
+            servers[file.name[len("mcp."):-len(".jsonl")]] = read_mcp_log(file)
+        except RecordingError as exc:
+            problems.append(exc)
     if problems:
         raise ScenarioError(name, problems)
 
@@ -232,7 +242,14 @@ def build_scenario(name: str, path: Path, primary: Path | None, children: Sequen
                                                   f"side route model(s) declared twice: {', '.join(twice)}")])
     first, rest = sessions[0], sessions[1:]
     rest.sort(key=lambda s: (s.created_at, s.id))
-    return Scenario(name, path, [first, *rest], routes)
+    return Scenario(name, path, [first, *rest], routes, mcp=servers)
+
+
+def mcp_files(path: Path) -> list[Path]:
+    """A scenario folder's MCP recordings (`mcp.NAME.jsonl`), by name."""
+    if not path.is_dir():
+        return []
+    return sorted(p for p in path.iterdir() if MCP_FILE.fullmatch(p.name) and p.is_file())
 
 
 def load_suite(path: Path, *, keep_logs: bool = False, side_routes: Sequence[SideRouteSpec] = (),

@@ -1,0 +1,62 @@
+"""Where a proxied MCP server's exchanges go: numbered by MCP session, masked, then written.
+
+`mockllm record` writes each server's exchanges to `mcp.{NAME}.jsonl` in its output folder as they
+end; a record-mode run of the server keeps them for its recording (`server/mcp.py`). Either way an
+exchange is told which agent session called (the session header), which MCP session it belongs to
+(numbered in the order the server gave their ids) and its place in it, and every string in its
+messages passes the recording's `--redact` patterns. No header is written.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from mockllm.mcp.jsonrpc import PROTOCOL_HEADER, SESSION_HEADER
+from mockllm.mcp.log import Exchange, Http
+from mockllm.record.redact import Redactor
+from mockllm.replay.routing import header_session
+
+
+class ExchangeSink:
+    def __init__(self, write: Callable[[Exchange], None], redactor: Redactor | None = None,
+                 session_headers: Sequence[str] = ()) -> None:
+        self._write = write
+        self.redactor = redactor or Redactor()
+        self.session_headers = tuple(session_headers)
+        self._numbers: dict[str, int] = {}  # Mcp-Session-Id -> 1, 2, ...
+        self._next = itertools.count(1)
+        self._orders: dict[int | None, itertools.count[int]] = {}
+
+    def number(self, session_id: str | None) -> int | None:
+        """The MCP session's number, given on first sight."""
+        if not session_id:
+            return None
+        number = self._numbers.get(session_id)
+        if number is None:
+            number = self._numbers[session_id] = next(self._next)
+        return number
+
+    def begin(self, http: Http, headers: Mapping[str, str], request: Any) -> Exchange:
+        """An exchange as its request arrives (its order is taken now, so the order is arrival order)."""
+        session_id = headers.get(SESSION_HEADER)
+        number = self.number(session_id)
+        order = next(self._orders.setdefault(number, itertools.count()))
+        return Exchange(seq=0, time=int(time.time() * 1000), http=http, request=request,
+                        session=header_session(headers, self.session_headers), mcp_session=number,
+                        protocol=headers.get(PROTOCOL_HEADER), order=order)
+
+    def end(self, exchange: Exchange, status: int, sse: bool, messages: list[Any],
+            given_session_id: str | None, started: float) -> None:
+        """Finish and write `exchange`: its answer, and the session id the server gave (an `initialize`'s)."""
+        exchange.status = status
+        exchange.sse = sse
+        exchange.response = self.redactor.value(messages)
+        exchange.request = self.redactor.value(exchange.request)
+        if given_session_id and exchange.mcp_session is None:
+            exchange.mcp_session = self.number(given_session_id)
+            exchange.session_id = given_session_id
+        exchange.ms = round((time.perf_counter() - started) * 1000, 3)
+        self._write(exchange)
