@@ -1,14 +1,18 @@
 """A FastMCP server for the MCP tests: a counter tool (its answer drifts), an echo tool, a resource and
-a prompt. Run as `python tests/mcp_counter_server.py http PORT` (Streamable HTTP at /mcp, printing
-`listening PORT` once bound) or `python tests/mcp_counter_server.py stdio`."""
+a prompt. Run as `python tests/mcp_counter_server.py http` (Streamable HTTP at /mcp on a free
+loopback port, printing `listening PORT` once bound) or `python tests/mcp_counter_server.py stdio`.
+It imports nothing of mockllm."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import sys
 
+import uvicorn
 from mcp.server.mcpserver import MCPServer
 
-server = MCPServer("counter")
+server = MCPServer("counter", log_level="WARNING")
 _count = 0
 
 
@@ -38,8 +42,17 @@ def review(topic: str) -> str:
     return f"Please review {topic}."
 
 
+async def serve_http() -> None:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)  # connections wait in the backlog until uvicorn serves: the port is usable once printed
+    print(f"listening {sock.getsockname()[1]}", flush=True)
+    config = uvicorn.Config(server.streamable_http_app(), log_level="warning")
+    await uvicorn.Server(config).serve(sockets=[sock])
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "stdio":
         server.run("stdio")
     else:
-        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+        asyncio.run(serve_http())

@@ -1,4 +1,4 @@
-"""The `mockllm` command: serve, inspect, check, record."""
+"""The `mockllm` command: serve, inspect, check, record, mcp-bridge."""
 
 from __future__ import annotations
 
@@ -31,6 +31,12 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("path", type=Path)
     _add_side_route(check)
     _add_record(verbs)
+    bridge = verbs.add_parser("mcp-bridge", help="a stdio MCP server that forwards to a Streamable HTTP one (for "
+                              "agents that start their MCP servers as commands)")
+    bridge.add_argument("url", help="the MCP endpoint: …/runs/RUN/mcp/NAME, …/scenarios/NAME/mcp/SERVER, "
+                        "or mockllm record's …/mcp/NAME")
+    bridge.add_argument("--header", action="append", default=[], metavar="NAME:VALUE",
+                        help="send this header with every request, e.g. x-mockllm-session:agent-1 (repeatable)")
     return parser
 
 
@@ -86,6 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                             session_headers=tuple(args.session_headers),
                                             side_routes=tuple(args.record_side_routes), cwd=args.record_cwd,
                                             mcp=tuple(args.record_mcp)))
+    if args.verb == "mcp-bridge":
+        from mockllm.cli.mcp_bridge import run_bridge
+
+        return run_bridge(args.url, args.header)
     if args.verb == "inspect":
         from mockllm.cli.tree_view import run_inspect
 

@@ -29,6 +29,20 @@ Mask = Callable[[str], str]
 _encoder = msgspec.json.Encoder(order="sorted")
 
 
+# Where a 2026-07-28 request names its protocol version (it has no handshake to agree on one).
+META_VERSION = "io.modelcontextprotocol/protocolVersion"
+
+
+def protocol_of(message: Any, header: str | None = None) -> str | None:
+    """The protocol version a message is spoken in: the MCP-Protocol-Version header, else its `_meta`'s."""
+    if header:
+        return header
+    params = message.get("params") if isinstance(message, dict) else None
+    meta = params.get(META) if isinstance(params, dict) else None
+    version = meta.get(META_VERSION) if isinstance(meta, dict) else None
+    return version if isinstance(version, str) else None
+
+
 def is_list(method: str) -> bool:
     """`tools/list`, `resources/list`, `resources/templates/list`, `prompts/list`, ...: the server's catalogue."""
     return method.endswith("/list")

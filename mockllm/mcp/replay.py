@@ -43,6 +43,7 @@ from mockllm.mcp.jsonrpc import (
     is_list,
     is_notification,
     is_request,
+    protocol_of,
 )
 from mockllm.mcp.log import Exchange, McpLog
 
@@ -176,6 +177,7 @@ class McpReplay:
             return Answer([error(None, -32600, "not a JSON-RPC 2.0 request")], status=400)
         method: str = message["method"]
         params = message.get("params")
+        protocol = protocol_of(message, protocol)
         number, self.requests = self.requests, self.requests + 1
         found, miss = self._find(method, params, session, mcp_session_id, number, protocol)
         call = McpCall(self.server, method, describe(method, params), time.time(), session, mcp_session_id,

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from mockllm.mcp.jsonrpc import PROTOCOL_HEADER, SESSION_HEADER
+from mockllm.mcp.jsonrpc import PROTOCOL_HEADER, SESSION_HEADER, protocol_of
 from mockllm.mcp.log import Exchange, Http
 from mockllm.record.redact import Redactor
 from mockllm.replay.routing import header_session
@@ -46,7 +46,7 @@ class ExchangeSink:
         order = next(self._orders.setdefault(number, itertools.count()))
         return Exchange(seq=0, time=int(time.time() * 1000), http=http, request=request,
                         session=header_session(headers, self.session_headers), mcp_session=number,
-                        protocol=headers.get(PROTOCOL_HEADER), order=order)
+                        protocol=protocol_of(request, headers.get(PROTOCOL_HEADER)), order=order)
 
     def end(self, exchange: Exchange, status: int, sse: bool, messages: list[Any],
             given_session_id: str | None, started: float) -> None:
@@ -55,8 +55,9 @@ class ExchangeSink:
         exchange.sse = sse
         exchange.response = self.redactor.value(messages)
         exchange.request = self.redactor.value(exchange.request)
-        if given_session_id and exchange.mcp_session is None:
+        if given_session_id and exchange.mcp_session is None:  # it began the session: the first of it
             exchange.mcp_session = self.number(given_session_id)
             exchange.session_id = given_session_id
+            exchange.order = next(self._orders.setdefault(exchange.mcp_session, itertools.count()))
         exchange.ms = round((time.perf_counter() - started) * 1000, 3)
         self._write(exchange)
