@@ -7,7 +7,6 @@ server stopped."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -16,8 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from mcp import MCPError, StdioServerParameters
-from mcp import Client
+from mcp import Client, MCPError, StdioServerParameters
 
 import mockllm
 from mockllm.mcp.log import read_log
