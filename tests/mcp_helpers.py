@@ -4,9 +4,10 @@ official SDK's client in either protocol era. Nothing here knows mockllm."""
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,3 +59,39 @@ async def use_counter(client: Client) -> dict[str, Any]:
             "resource": resource.contents[0].text,  # type: ignore[union-attr]
             "prompt": prompt.messages[0].content.text,  # type: ignore[union-attr]
             "prompts": prompts, "tools_again": tools_again}
+
+
+async def agent_loop(base_url: str, mcp_url: str, topics: list[str], *, mode: str = "auto",
+                     session: str = "agent", system: str = "You are the counter",
+                     change: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None) -> list[str]:
+    """An agent that takes its tool calls from the model and runs them over MCP: for each `Topics: …`
+    turn, ask the model (offering the MCP server's tools), run every tool call it makes with the MCP
+    client, send the results back, until the model answers in words. Returns the model's answers.
+    `change(tool, arguments)`: the agent's code changed how it calls a tool (what a replay must catch)."""
+    from openai import AsyncOpenAI
+
+    headers = {"x-mockllm-session": session}
+    answers = []
+    async with AsyncOpenAI(base_url=base_url, api_key="sk-test", default_headers=headers, max_retries=0) as model, \
+            mcp_client(mcp_url, mode, headers) as mcp:
+        listed = (await mcp.list_tools()).tools
+        tools: list[Any] = [{"type": "function", "function": {"name": t.name, "description": t.description or "",
+                                                              "parameters": t.input_schema}} for t in listed]
+        messages: list[Any] = [{"role": "system", "content": system}]
+        for topic in topics:
+            messages.append({"role": "user", "content": f"Topics: {topic}"})
+            for _ in range(4):
+                reply = (await model.chat.completions.create(model="scripted", messages=messages,
+                                                             tools=tools)).choices[0].message
+                messages.append(reply.model_dump(exclude_none=True))
+                if not reply.tool_calls:
+                    answers.append(reply.content or "")
+                    break
+                for call in reply.tool_calls:
+                    arguments = json.loads(call.function.arguments)
+                    if change is not None:
+                        arguments = change(call.function.name, arguments)
+                    result = await mcp.call_tool(call.function.name, arguments)
+                    text = " ".join(c.text for c in result.content if hasattr(c, "text"))
+                    messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
+    return answers

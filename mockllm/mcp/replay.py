@@ -148,6 +148,12 @@ class McpReplay:
     def server(self) -> str:
         return self.log.server
 
+    def went_live(self, message: dict[str, Any], session: str | None, mcp_session_id: str | None) -> None:
+        """A call the recording could not serve went to the server (new_episodes): reported, not a miss."""
+        method = message["method"]
+        self.calls.append(McpCall(self.server, method, describe(method, message.get("params")), time.time(),
+                                  session, mcp_session_id, None, None, True))
+
     @property
     def stream(self) -> Exchange | None:
         return self._index.stream
@@ -168,9 +174,10 @@ class McpReplay:
         return exchange.session_id
 
     def answer(self, message: Any, session: str | None = None, mcp_session_id: str | None = None,
-               protocol: str | None = None) -> Answer:
+               protocol: str | None = None, *, live: bool = False) -> Answer:
         """What one JSON-RPC message gets (a batch's messages are asked one by one). `protocol` is the
-        MCP-Protocol-Version it came with: answers recorded in that version are preferred."""
+        MCP-Protocol-Version it came with: answers recorded in that version are preferred. `live`: a
+        miss will be sent to the server (new_episodes), so it is no divergence; `went_live` notes it."""
         if is_notification(message) or is_answer(message):
             return Answer([], status=202)
         if not is_request(message):
@@ -182,13 +189,15 @@ class McpReplay:
         found, miss = self._find(method, params, session, mcp_session_id, number, protocol)
         call = McpCall(self.server, method, describe(method, params), time.time(), session, mcp_session_id,
                        found.line if found is not None else None, miss.why if miss is not None else None)
+        if found is None and miss is not None and live:
+            return Answer([], miss=miss)
         self.calls.append(call)
         if found is None:
             if miss is None:  # discover on a handshake-era recording: the recorded server knew no such method
                 return Answer([error(message["id"], METHOD_NOT_FOUND, f"Method not found: {method}")])
             self.misses.append(miss)
             return Answer([error(message["id"], UNRECORDED, f"mockllm: {miss.why}",
-                                 {"mockllm": "mcp_unrecorded", "nearest": miss.nearest})])
+                                 {"mockllm": "mcp_unrecorded", "nearest": miss.nearest})], miss=miss)
         return Answer(_rewrite(found, message), found.sse, found.status, found)
 
     def _find(self, method: str, params: Any, session: str | None, mcp_session_id: str | None,

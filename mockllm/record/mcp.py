@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiohttp import web
 
+from mockllm.mcp.jsonrpc import SESSION_HEADER
 from mockllm.mcp.log import Exchange, Header, LogWriter, file_name
 from mockllm.mcp.spec import McpSpec
-from mockllm.record.mcp_forward import forward_http
+from mockllm.record.mcp_forward import HOP_BY_HOP, forward_http
 from mockllm.record.mcp_sink import ExchangeSink
 from mockllm.record.mcp_stdio import StdioServer
 from mockllm.record.redact import Redactor
@@ -39,13 +41,34 @@ class McpUpstreams:
             self._client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None), auto_decompress=False)
         return self._client
 
-    async def forward(self, request: web.Request, name: str, sink: ExchangeSink) -> web.StreamResponse:
+    async def forward(self, request: web.Request, name: str, sink: ExchangeSink,
+                      session_id: str | None = None) -> web.StreamResponse:
+        """Forward one request to server `name`; `session_id` replaces the client's Mcp-Session-Id (an
+        HTTP server's session opened for a replayed one, under new_episodes)."""
         spec = self.specs[name]
         stdio = self._stdio.get(name)
         if stdio is not None:
             return await stdio.handle(request, sink)
         assert spec.url is not None
-        return await forward_http(request, self.client(), spec.url, sink)
+        return await forward_http(request, self.client(), spec.url, sink, session_id)
+
+    async def open_session(self, name: str, initialize: dict[str, Any], headers: Mapping[str, str]) -> str | None:
+        """Begin an MCP session with server `name` as a client's `initialize` did (its answer is not
+        recorded: the recording has the one it replayed); the session id the server gave, if any."""
+        spec = self.specs[name]
+        if spec.url is None:
+            return None
+        sent = {k: v for k, v in headers.items() if k.lower() not in HOP_BY_HOP and k.lower() != SESSION_HEADER}
+        async with self.client().post(spec.url, json=initialize, headers=sent) as response:
+            await response.read()
+            session_id = response.headers.get(SESSION_HEADER)
+        if session_id:
+            sent[SESSION_HEADER] = session_id
+            sent["Content-Type"] = "application/json"
+            async with self.client().post(spec.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                                          headers=sent) as response:
+                await response.read()
+        return session_id
 
     async def close(self) -> None:
         await asyncio.gather(*(s.close() for s in self._stdio.values()))

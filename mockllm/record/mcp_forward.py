@@ -58,10 +58,14 @@ def sse_messages(events: list[tuple[str | None, bytes]]) -> list[Any]:
 
 
 async def forward_http(request: web.Request, client: aiohttp.ClientSession, url: str,
-                       sink: ExchangeSink) -> web.StreamResponse:
-    """Forward `request` (POST, GET or DELETE) to the MCP endpoint `url` and record the exchange."""
-    body = await request.read() if request.can_read_body else b""
+                       sink: ExchangeSink, session_id: str | None = None) -> web.StreamResponse:
+    """Forward `request` (POST, GET or DELETE) to the MCP endpoint `url` and record the exchange;
+    `session_id`: the upstream's Mcp-Session-Id to send instead of the client's (new_episodes)."""
+    body = await request.read() if request.method == "POST" else b""  # read() again gives the bytes read before
     headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+    if session_id is not None:
+        headers = {k: v for k, v in headers.items() if k.lower() != SESSION_HEADER}
+        headers[SESSION_HEADER] = session_id
     method: Http | None = request.method if request.method in ("POST", "GET", "DELETE") else None  # type: ignore[assignment]
     parsed = decode(body) if body else None
     exchange = sink.begin(method, request.headers, parsed) if method and (method != "POST" or parsed) else None
@@ -76,6 +80,9 @@ async def forward_http(request: web.Request, client: aiohttp.ClientSession, url:
             status=502)
     given = upstream.headers.get(SESSION_HEADER)
     answer_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
+    if session_id is not None:  # the client keeps the session it has
+        answer_headers.pop(SESSION_HEADER, None)
+        given = None
     messages: list[Any] = []
     sse = upstream.headers.get("Content-Type", "").lower().startswith(SSE)
     try:

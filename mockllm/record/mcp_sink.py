@@ -30,6 +30,11 @@ class ExchangeSink:
         self._next = itertools.count(1)
         self._orders: dict[int | None, itertools.count[int]] = {}
 
+    def continue_from(self, numbers: Mapping[str, int]) -> None:
+        """Number sessions after a recording's own (`numbers`: its session ids' numbers), which keep theirs."""
+        self._numbers.update(numbers)
+        self._next = itertools.count(max(numbers.values(), default=0) + 1)
+
     def number(self, session_id: str | None) -> int | None:
         """The MCP session's number, given on first sight."""
         if not session_id:

@@ -27,6 +27,7 @@ from mockllm.mcp.jsonrpc import INVALID_REQUEST, PARSE_ERROR, PROTOCOL_HEADER, S
 from mockllm.mcp.replay import Answer, McpReplay
 from mockllm.replay.routing import header_session
 from mockllm.replay.run import Run
+from mockllm.server.mcp_live import McpLive
 
 log = logging.getLogger("mockllm")
 
@@ -43,6 +44,7 @@ class McpRoutes:
 
     def __init__(self, server: Any) -> None:
         self.server = server  # the MockServer: its runs, its run lookup, its inspector hub, its live calls
+        self.live = McpLive(server.live, server.options) if server.options.mcp else None  # record modes
         self._closing = asyncio.Event()
         self._deleted: dict[tuple[str, str], asyncio.Event] = {}  # a session's held GET streams end when it is deleted
 
@@ -50,18 +52,23 @@ class McpRoutes:
         for root in roots:
             add(app, root + ROUTE, {"POST": self.handle, "GET": self.handle, "DELETE": self.handle})
         app.on_shutdown.append(self._close)
+        app.on_cleanup.append(self._cleanup)
 
     async def _close(self, app: web.Application) -> None:
         self._closing.set()
+
+    async def _cleanup(self, app: web.Application) -> None:
+        if self.live is not None:
+            await self.live.close()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         run = self.server._run_for(request)
         if not isinstance(run, Run):
             return run  # type: ignore[no-any-return]
         name = request.match_info["server"]
-        live = getattr(self.server, "mcp_live", None)
+        live = self.live
         if live is not None and live.takes(run, name):
-            return await live.forward(request, run, name)  # type: ignore[no-any-return]
+            return await live.forward(request, run, name)
         replay = run.mcp.server(name)
         if replay is None:
             recorded = ", ".join(sorted(run.scenario.mcp)) or "none"
@@ -92,6 +99,17 @@ class McpRoutes:
         session_id = request.headers.get(SESSION_HEADER)
         batch = message if isinstance(message, list) else [message]
         protocol = request.headers.get(PROTOCOL_HEADER)
+        live = self.live
+        if live is not None and is_request(message) and live.goes_live(run, replay.server):
+            assert isinstance(message, dict)
+            answer = replay.answer(message, session, session_id, protocol, live=True)
+            if answer.miss is not None:  # new_episodes: the server answers it, and the answer is kept
+                replay.went_live(message, session, session_id)
+                return await live.miss(request, run, replay.server)
+            given = replay.session_id(answer) if message["method"] == "initialize" else session_id
+            if given and message["method"] == "initialize":
+                live.saw_initialize(run, replay.server, given, message)
+            return await self._write(request, answer, {SESSION_HEADER: given} if given else {})
         answers = [replay.answer(m, session, session_id, protocol) for m in batch]
         headers: dict[str, str] = {}
         for sent, answer in zip(batch, answers, strict=True):
