@@ -170,7 +170,7 @@ async def test_stdio_server_recorded_and_replayed_through_the_bridge(tmp_path: P
     write_sessions(out, {"p": [text_call("done")]})
     async with mockllm.AsyncServer(out) as server:
         run = await server.run("s")
-        url = f"{run.base_url.removesuffix('/v1')}/mcp/counter"
+        url = run.mcp_url("counter")
         bridge = StdioServerParameters(command=sys.executable, args=["-m", "mockllm", "mcp-bridge", url],
                                        env={"PYTHONPATH": str(Path(__file__).parents[1])})
         replayed = []

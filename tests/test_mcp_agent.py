@@ -30,7 +30,7 @@ async def record_agent(suite: Path, topics: list[str] = TOPICS) -> list[str]:
         async with ScriptedLLM(seed=3).serving() as llm, mockllm.AsyncServer(
                 suite, upstream=f"{llm.base_url}/v1", mcp=[f"counter={url}"]) as server:
             run = await server.run("agent", record_mode="once")
-            answers = await agent_loop(run.base_url, f"{run.base_url.removesuffix('/v1')}/mcp/counter", topics)
+            answers = await agent_loop(run.base_url, run.mcp_url("counter"), topics)
             report = await run.end()
             assert report.recording is not None and report.recording.written, report.recording
             assert "mcp.counter.jsonl" in report.recording.message
@@ -47,7 +47,7 @@ async def test_an_agent_replays_model_and_tools_offline(tmp_path: Path) -> None:
     async with mockllm.AsyncServer(tmp_path) as server:  # no upstream, no MCP server: offline
         for _ in range(2):
             run = await server.run("agent")
-            replayed = await agent_loop(run.base_url, f"{run.base_url.removesuffix('/v1')}/mcp/counter", TOPICS)
+            replayed = await agent_loop(run.base_url, run.mcp_url("counter"), TOPICS)
             assert replayed == recorded
             report = await run.end()
             assert report.problems() == [], report.describe()
@@ -64,7 +64,7 @@ async def test_a_changed_tool_call_fails_the_run_showing_the_change(tmp_path: Pa
 
         errors: list[str] = []
         try:
-            await agent_loop(run.base_url, f"{run.base_url.removesuffix('/v1')}/mcp/counter", TOPICS, change=shout)
+            await agent_loop(run.base_url, run.mcp_url("counter"), TOPICS, change=shout)
         except* MCPError as raised:  # the SDK's task groups wrap it
             errors = [str(e) for e in leaves(raised)]
         assert errors == ['mockllm: tools/call echo {"text":"BETA"}: no recorded call matches it; nearest recorded '
@@ -82,7 +82,7 @@ async def test_new_episodes_sends_a_miss_to_the_server_and_keeps_it(tmp_path: Pa
         async with ScriptedLLM(seed=3).serving() as llm, mockllm.AsyncServer(
                 tmp_path, upstream=f"{llm.base_url}/v1", mcp=[f"counter={url}"]) as server:
             run = await server.run("agent", record_mode="new_episodes")
-            await agent_loop(run.base_url, f"{run.base_url.removesuffix('/v1')}/mcp/counter", TOPICS)
+            await agent_loop(run.base_url, run.mcp_url("counter"), TOPICS)
             report = await run.end()
             assert report.recording is not None and report.recording.written, report.recording
             assert [c.what for c in report.mcp if c.live] == ['tools/call count {"input":"gamma"}',
@@ -91,5 +91,5 @@ async def test_new_episodes_sends_a_miss_to_the_server_and_keeps_it(tmp_path: Pa
     assert len(log.exchanges) == before + 2
     async with mockllm.AsyncServer(tmp_path) as server:  # the kept calls replay offline
         run = await server.run("agent")
-        await agent_loop(run.base_url, f"{run.base_url.removesuffix('/v1')}/mcp/counter", TOPICS)
+        await agent_loop(run.base_url, run.mcp_url("counter"), TOPICS)
         assert (await run.end()).problems() == []
