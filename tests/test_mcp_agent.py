@@ -49,6 +49,11 @@ async def test_an_agent_replays_model_and_tools_offline(tmp_path: Path) -> None:
             run = await server.run("agent")
             replayed = await agent_loop(run.base_url, run.mcp_url("counter"), TOPICS)
             assert replayed == recorded
+            html = await run.report_html()  # MCP calls on the agent's lane, beside its model calls, and listed
+            lane = html[html.index('data-lane="session.jsonl"'):]
+            lane = lane[:lane.index('<div class="lane ') if '<div class="lane ' in lane else None]
+            assert lane.count('class="mark mcp o-served"') == 6  # server/discover, tools/list, four tools/call
+            assert "MCP calls: 6" in html and "tools/call echo {&quot;text&quot;:&quot;beta&quot;}" in html
             report = await run.end()
             assert report.problems() == [], report.describe()
             assert sum(c.method == "tools/call" for c in report.mcp) == 4
