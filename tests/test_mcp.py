@@ -36,9 +36,9 @@ def counter() -> Any:
         yield url
 
 
-async def record(out: Path, mcp: str, *modes: str) -> list[dict[str, Any]]:
-    """Record one `use_counter` pass per client mode through `mockllm record --mcp counter=…`; a
-    model session is written beside it so that the folder is a scenario."""
+async def record(out: Path, mcp: str, *modes: str, model: bool = True) -> list[dict[str, Any]]:
+    """Record one `use_counter` pass per client mode through `mockllm record --mcp counter=…`, and
+    (`model`) a model session beside it."""
     recorder = await start_recorder(RecordOptions("http://127.0.0.1:9/v1", out, port=0, mcp=(f"counter={mcp}",)))
     try:
         seen = []
@@ -48,7 +48,8 @@ async def record(out: Path, mcp: str, *modes: str) -> list[dict[str, Any]]:
                 seen.append(await use_counter(client))
     finally:
         await recorder.close()
-    write_sessions(out, {"p": [text_call("done")]})
+    if model:
+        write_sessions(out, {"p": [text_call("done")]})
     return seen
 
 
@@ -114,6 +115,22 @@ async def test_a_changed_call_is_an_error_naming_the_nearest_and_a_divergence(tm
         assert 'count {"step":3}' in problems[0]
         with pytest.raises(AssertionError, match="nearest recorded call"):
             check(report, require_consumed=False)
+
+
+async def test_a_recording_of_mcp_servers_only_is_a_scenario(tmp_path: Path, counter: str,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from mockllm.cli.main import main
+
+    recorded = await record(tmp_path / "tools", counter, "legacy", model=False)
+    assert sorted(p.name for p in (tmp_path / "tools").iterdir()) == ["mcp.counter.jsonl"]
+    async with mockllm.AsyncServer(tmp_path) as server:
+        async with await server.run("tools") as run, mcp_client(run.mcp_url("counter"), "legacy") as client:
+            assert [await use_counter(client)] == recorded
+        report = await run.end()
+        assert report.consumed and report.problems() == []
+    assert main(["check", str(tmp_path / "tools")]) == 0
+    assert main(["inspect", str(tmp_path)]) == 0
+    assert "MCP server counter <- mcp.counter.jsonl" in capsys.readouterr().out
 
 
 async def test_unknown_server_and_bad_bodies_are_clear_errors(tmp_path: Path, counter: str) -> None:

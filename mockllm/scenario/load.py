@@ -148,7 +148,9 @@ def name_problem(name: str) -> str | None:
 
 
 def is_scenario(path: Path) -> bool:
-    return (path / PRIMARY_FILE).is_file() or (path / SIDECAR_FILE).is_file()
+    """A folder with a primary log or a sidecar; or with MCP recordings only (an agent's tools recorded
+    without its model: replayed beside whatever model the test brings)."""
+    return (path / PRIMARY_FILE).is_file() or (path / SIDECAR_FILE).is_file() or bool(mcp_files(path))
 
 
 def session_files(path: Path) -> list[Path]:
@@ -232,6 +234,8 @@ def build_scenario(name: str, path: Path, primary: Path | None, children: Sequen
     if problems:
         raise ScenarioError(name, problems)
 
+    if not sessions and servers and primary is None and sidecar_file is None:
+        sessions.append(_no_model_primary(path))
     if not sessions:
         raise ScenarioError(name, [RecordingError(path / SIDECAR_FILE, None, "the only sidecar is a side "
                                                   f"route's script: the scenario needs a {PRIMARY_FILE}")])
@@ -303,6 +307,12 @@ def _session_script(file: Path, sidecar: Sidecar | None, keep_logs: bool, *, pri
         inputs=script.inputs, timed=script.timed, system=script.system, path=file,
         model=recorded_model(log), log=log if keep_logs else None,
     )
+
+
+def _no_model_primary(path: Path) -> SessionScript:
+    """The primary of a scenario that recorded only MCP servers: no model calls, nothing to bind."""
+    return SessionScript(id=path.name, file=PRIMARY_FILE, parent=None, kind="primary", cut=0, events=0,
+                         created_at=0, entries=[], header=None, model=None)
 
 
 def _override_only_primary(path: Path, sidecar: Sidecar) -> SessionScript:
