@@ -217,3 +217,60 @@ def test_check_and_inspect_name_a_broken_mcp_file(tmp_path: Path, capsys: pytest
     assert main(["inspect", str(out)]) == 0
     shown = capsys.readouterr().out
     assert "mcp.counter.jsonl" in shown and 'tools/call count {"step":2}' in shown
+
+
+class OneX:
+    """The wire of an `mcp` 1.x client (1.9-1.2x), spoken with raw aiohttp: `initialize` offering
+    2025-06-18, then `notifications/initialized` and every request with the session id and the agreed
+    version as headers, SSE or JSON answers alike, DELETE at the end."""
+
+    def __init__(self, http: aiohttp.ClientSession, url: str) -> None:
+        self.http, self.url, self.ids = http, url, 0
+        self.headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+    async def send(self, method: str, params: dict[str, Any] | None = None, *, notify: bool = False) -> Any:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        if not notify:
+            self.ids += 1
+            message["id"] = self.ids
+        async with self.http.post(self.url, json=message, headers=self.headers) as r:
+            if "mcp-session-id" in r.headers and method == "initialize":
+                self.headers["mcp-session-id"] = r.headers["mcp-session-id"]
+            if notify:
+                assert r.status == 202
+                return None
+            text = await r.text()
+            if r.headers["Content-Type"].startswith("text/event-stream"):
+                text = [line[len("data: "):] for line in text.splitlines() if line.startswith("data: ")][-1]
+            answer = json.loads(text)
+            assert answer["id"] == message["id"]
+            return answer.get("result", answer.get("error"))
+
+    async def session(self) -> list[Any]:
+        init = await self.send("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                              "clientInfo": {"name": "mcp", "version": "0.1.0"}})
+        self.headers["mcp-protocol-version"] = init["protocolVersion"]
+        await self.send("notifications/initialized", notify=True)
+        said = [init["protocolVersion"], [t["name"] for t in (await self.send("tools/list"))["tools"]]]
+        for _ in range(2):
+            said.append((await self.send("tools/call", {"name": "count", "arguments": {"step": 5}}))["content"])
+        async with self.http.delete(self.url, headers=self.headers) as r:
+            said.append(r.status)
+        return said
+
+
+async def test_a_1x_client_is_recorded_and_replayed_as_it_speaks(tmp_path: Path, counter: str) -> None:
+    out = tmp_path / "s"
+    recorder = await start_recorder(RecordOptions("http://127.0.0.1:9/v1", out, port=0, mcp=(f"counter={counter}",)))
+    try:
+        async with aiohttp.ClientSession() as http:
+            recorded = await OneX(http, f"{recorder.base_url}/mcp/counter").session()
+    finally:
+        await recorder.close()
+    assert recorded[0] == "2025-06-18" and recorded[-1] == 200
+    async with mockllm.AsyncServer(out) as server, aiohttp.ClientSession() as http:
+        run = await server.run("s")
+        assert await OneX(http, run.mcp_url("counter")).session() == recorded
+        assert (await run.end()).problems() == []

@@ -211,8 +211,11 @@ class McpReplay:
                 return None, self._miss(method, params, session, number, "the recording never did that "
                                         f"({'initialize' if 'initialize' in built.handshake else 'server/discover'}"
                                         " was its handshake)")
-            if method == "initialize":
-                chosen = recorded[min(self._initialized, len(recorded) - 1)]
+            if method == "initialize":  # the nth of the run the nth recorded, one asking the same version first
+                asked_for = params.get("protocolVersion") if isinstance(params, dict) else None
+                same = [e for e in recorded if (e.request.get("params") or {}).get("protocolVersion") == asked_for]
+                pool = same or recorded
+                chosen = pool[min(self._initialized, len(pool) - 1)]
                 self._initialized += 1
                 return chosen, None
             return recorded[0], None
