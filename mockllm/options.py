@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mockllm.mcp.spec import parse_all as parse_mcp_all
+from mockllm.mcp.spec import parse_mcp
 from mockllm.replay.faults import Fault, parse_faults
 from mockllm.replay.normalize import Mask, masks_for
 from mockllm.scenario.side_routes import SideRouteSpec, parse_side_route
@@ -112,6 +113,15 @@ def parse_upstream(text: str) -> tuple[str, str]:
     return provider, url.rstrip("/")
 
 
+def mcp_server(text: str) -> str:
+    """`--mcp NAME=URL` or `NAME=stdio:COMMAND ARGS`, as given; a bad one is an error saying what is expected."""
+    try:
+        parse_mcp(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def check_speed(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError(f"speed must be a number > 0, not {value!r}")
@@ -193,7 +203,7 @@ class ServeOptions:
         f"provider ({', '.join(PROVIDERS)}) (repeatable)", metavar="URL|PROVIDER=URL", repeat=True)
     mcp: tuple[str, ...] = _option(
         (), "an MCP server record modes proxy at …/mcp/NAME: NAME=URL (Streamable HTTP) or NAME=stdio:COMMAND ARGS "
-        "(repeatable)", metavar="NAME=URL", repeat=True)
+        "(repeatable)", metavar="NAME=URL", repeat=True, kind=mcp_server)
     journal_limit: int = _option(1000, "calls kept in each run's journal (older ones are counted, not kept)",
                                  metavar="N", kind=int)
     log_level: str = _option("warning", "what the server logs; info logs one line per model call",
