@@ -73,7 +73,7 @@ async def test_record_writes_both_eras_and_no_header(tmp_path: Path, counter: st
     assert {e.http for e in legacy} == {"POST", "GET", "DELETE"}  # the server's stream and the session's end
 
 
-async def test_replay_in_both_eras_with_the_server_stopped(tmp_path: Path) -> None:
+async def test_replay_in_both_eras_run_after_run_at_every_base(tmp_path: Path) -> None:
     with counter_server() as url:
         recorded = await record(tmp_path / "s", url, "auto", "legacy")
     async with mockllm.AsyncServer(tmp_path / "s") as server:
