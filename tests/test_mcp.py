@@ -142,6 +142,9 @@ async def test_unknown_server_and_bad_bodies_are_clear_errors(tmp_path: Path, co
             assert r.status == 400 and (await r.json())["error"]["code"] == -32700
         async with http.get(f"{server.url}/mcp/counter") as r:  # recorded sessionless: no server stream
             assert r.status == 405
+        async with http.post(f"{server.url}/runs/nope/mcp/counter", json={"jsonrpc": "2.0", "id": 1,
+                                                                          "method": "ping"}) as r:
+            assert r.status == 404 and "unknown run 'nope'" in (await r.json())["error"]["message"]
 
 
 async def test_authorization_is_forwarded_never_written(tmp_path: Path) -> None:

@@ -62,9 +62,22 @@ class McpRoutes:
             await self.live.close()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        try:
+            return await self._handle(request)
+        except (asyncio.CancelledError, ConnectionResetError, web.HTTPException):
+            raise
+        except Exception as exc:  # a bug must not take the server down or leak into other runs
+            log.exception("internal error on %s %s", request.method, request.path)
+            return _jsonrpc_error(500, -32603, f"mockllm failed on this request: {exc!r}")
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
         run = self.server._run_for(request)
-        if not isinstance(run, Run):
-            return run  # type: ignore[no-any-return]
+        if not isinstance(run, Run):  # an unknown run or scenario: its words, as a JSON-RPC error
+            try:
+                text = msgspec.json.decode(run.body)["error"]["message"]
+            except (msgspec.DecodeError, KeyError, TypeError):
+                text = f"no run at {request.path}"
+            return _jsonrpc_error(run.status, -32001, str(text))
         name = request.match_info["server"]
         live = self.live
         if live is not None and live.takes(run, name):
