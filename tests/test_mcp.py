@@ -277,3 +277,21 @@ async def test_a_1x_client_is_recorded_and_replayed_as_it_speaks(tmp_path: Path,
         run = await server.run("s")
         assert await OneX(http, run.mcp_url("counter")).session() == recorded
         assert (await run.end()).problems() == []
+
+
+async def test_the_bridge_records_a_stdio_agent_too(tmp_path: Path, counter: str) -> None:
+    """An agent that starts its MCP servers as commands records through the bridge as well: the
+    2026-07-28 requests get the headers the SDK's HTTP client would have sent."""
+    out = tmp_path / "s"
+    recorder = await start_recorder(RecordOptions("http://127.0.0.1:9/v1", out, port=0, mcp=(f"counter={counter}",)))
+    try:
+        bridge = StdioServerParameters(command=sys.executable, env={"PYTHONPATH": str(Path(__file__).parents[1])},
+                                       args=["-m", "mockllm", "mcp-bridge", f"{recorder.base_url}/mcp/counter",
+                                             "--header", "x-mockllm-session:stdio-agent"])
+        async with Client(bridge) as client:
+            assert (await client.call_tool("echo", {"text": "via"})).content[0].text == "echo: via"  # type: ignore[union-attr]
+    finally:
+        await recorder.close()
+    log = read_log(out / "mcp.counter.jsonl")
+    assert {e.method for e in log.exchanges} == {"server/discover", "tools/list", "tools/call"}
+    assert {(e.protocol, e.session) for e in log.exchanges} == {("2026-07-28", "stdio-agent")}

@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from mockllm.mcp.jsonrpc import PROTOCOL_HEADER, SESSION_HEADER, error, is_request
+from mockllm.mcp.jsonrpc import PROTOCOL_HEADER, SESSION_HEADER, error, is_request, protocol_of
 from mockllm.wire.sse_reader import SSEReader
 
 
@@ -42,8 +42,9 @@ class Bridge:
         """POST one message and write what comes back; a request the server could not answer gets an error."""
         if isinstance(message, dict) and message.get("method") == "initialize":
             self.headers.pop(SESSION_HEADER, None)
+        headers = {**self.headers, **_modern_headers(message)}
         try:
-            async with http.post(self.url, data=msgspec.json.encode(message), headers=self.headers) as response:
+            async with http.post(self.url, data=msgspec.json.encode(message), headers=headers) as response:
                 given = response.headers.get(SESSION_HEADER)
                 if given and isinstance(message, dict) and message.get("method") == "initialize":
                     self.headers[SESSION_HEADER] = given
@@ -97,6 +98,20 @@ class Bridge:
                     async with http.delete(self.url, headers=self.headers):
                         pass
         return 0
+
+
+def _modern_headers(message: Any) -> dict[str, str]:
+    """The headers a 2026-07-28 request carries over HTTP (its version, method and name), as the SDK's
+    HTTP client sends them: a stdio client puts the version in `_meta` only."""
+    version = protocol_of(message)
+    if version is None or not isinstance(message, dict) or not isinstance(message.get("method"), str):
+        return {}
+    headers = {PROTOCOL_HEADER: version, "mcp-method": message["method"]}
+    params = message.get("params")
+    name = (params.get("name") or params.get("uri")) if isinstance(params, dict) else None
+    if isinstance(name, str) and message["method"] in ("tools/call", "prompts/get", "resources/read"):
+        headers["mcp-name"] = name
+    return headers
 
 
 def _decoded(events: list[tuple[str | None, bytes]]) -> list[Any]:
