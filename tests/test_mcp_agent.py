@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp import MCPError
 
 import mockllm
@@ -24,13 +25,13 @@ def leaves(group: BaseException) -> list[BaseException]:
     return [group]
 
 
-async def record_agent(suite: Path, topics: list[str] = TOPICS) -> list[str]:
+async def record_agent(suite: Path, topics: list[str] = TOPICS, mode: str = "auto") -> list[str]:
     """Record scenario `agent` with a record-mode run; both upstreams stop when it is done."""
     with counter_server() as url:
         async with ScriptedLLM(seed=3).serving() as llm, mockllm.AsyncServer(
                 suite, upstream=f"{llm.base_url}/v1", mcp=[f"counter={url}"]) as server:
             run = await server.run("agent", record_mode="once")
-            answers = await agent_loop(run.base_url, run.mcp_url("counter"), topics)
+            answers = await agent_loop(run.base_url, run.mcp_url("counter"), topics, mode=mode)
             report = await run.end()
             assert report.recording is not None and report.recording.written, report.recording
             assert "mcp.counter.jsonl" in report.recording.message
@@ -80,14 +81,16 @@ async def test_a_changed_tool_call_fails_the_run_showing_the_change(tmp_path: Pa
         assert '{"text":"BETA"}' in problems and '{"text":"beta"}' in problems
 
 
-async def test_new_episodes_sends_a_miss_to_the_server_and_keeps_it(tmp_path: Path) -> None:
-    await record_agent(tmp_path, ["alpha, beta"])
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_new_episodes_sends_a_miss_to_the_server_and_keeps_it(tmp_path: Path, mode: str) -> None:
+    """Over the 2025 handshake the miss goes in an MCP session opened upstream as the recorded one was."""
+    await record_agent(tmp_path, ["alpha, beta"], mode)
     before = len(read_log(tmp_path / "agent" / "mcp.counter.jsonl").exchanges)
     with counter_server() as url:
         async with ScriptedLLM(seed=3).serving() as llm, mockllm.AsyncServer(
                 tmp_path, upstream=f"{llm.base_url}/v1", mcp=[f"counter={url}"]) as server:
             run = await server.run("agent", record_mode="new_episodes")
-            await agent_loop(run.base_url, run.mcp_url("counter"), TOPICS)
+            await agent_loop(run.base_url, run.mcp_url("counter"), TOPICS, mode=mode)
             report = await run.end()
             assert report.recording is not None and report.recording.written, report.recording
             assert [c.what for c in report.mcp if c.live] == ['tools/call count {"input":"gamma"}',
@@ -96,5 +99,5 @@ async def test_new_episodes_sends_a_miss_to_the_server_and_keeps_it(tmp_path: Pa
     assert len(log.exchanges) == before + 2
     async with mockllm.AsyncServer(tmp_path) as server:  # the kept calls replay offline
         run = await server.run("agent")
-        await agent_loop(run.base_url, run.mcp_url("counter"), TOPICS)
+        await agent_loop(run.base_url, run.mcp_url("counter"), TOPICS, mode=mode)
         assert (await run.end()).problems() == []
