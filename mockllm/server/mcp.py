@@ -88,6 +88,8 @@ class McpRoutes:
             return _jsonrpc_error(404, -32601, f"run {run.id}: scenario {run.scenario.name} recorded no MCP server "
                                   f"{name!r}; its MCP servers: {recorded}")
         try:
+            if request.method == "HEAD":  # what a GET would open, without holding a stream open
+                return web.Response(status=200 if replay.stream is not None else 405)
             if request.method == "GET":
                 return await self._stream(request, run, replay)
             if request.method == "DELETE":
