@@ -85,7 +85,10 @@ async def test_a_changed_tool_call_fails_the_run_showing_the_change(tmp_path: Pa
 async def test_new_episodes_sends_a_miss_to_the_server_and_keeps_it(tmp_path: Path, mode: str) -> None:
     """Over the 2025 handshake the miss goes in an MCP session opened upstream as the recorded one was."""
     await record_agent(tmp_path, ["alpha, beta"], mode)
-    before = len(read_log(tmp_path / "agent" / "mcp.counter.jsonl").exchanges)
+    recorded = read_log(tmp_path / "agent" / "mcp.counter.jsonl")
+    before = len(recorded.exchanges)
+    # The handshake's session opened the server's stream (GET); kept, whether or not it had ended.
+    assert any(e.http == "GET" and e.status == 200 for e in recorded.exchanges) == (mode == "legacy")
     with counter_server() as url:
         async with ScriptedLLM(seed=3).serving() as llm, mockllm.AsyncServer(
                 tmp_path, upstream=f"{llm.base_url}/v1", mcp=[f"counter={url}"]) as server:

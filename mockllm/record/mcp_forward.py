@@ -91,12 +91,14 @@ async def forward_http(request: web.Request, client: aiohttp.ClientSession, url:
             messages = messages_of(decode(payload)) if payload else []
             return web.Response(status=upstream.status, body=payload, headers=answer_headers)
         response = web.StreamResponse(status=upstream.status, headers=answer_headers)
+        if exchange is not None and method == "GET":
+            sink.streaming(exchange, messages, upstream.status)
         await response.prepare(request)
         reader = SSEReader()
         async for piece in upstream.content.iter_any():
-            messages += sse_messages(reader.feed(piece))
+            messages.extend(sse_messages(reader.feed(piece)))  # in place: `streaming` holds this list
             await response.write(piece)
-        messages += sse_messages(reader.close())
+        messages.extend(sse_messages(reader.close()))
         await response.write_eof()
         return response
     finally:

@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import msgspec
+
 from mockllm.mcp.jsonrpc import PROTOCOL_HEADER, SESSION_HEADER, protocol_of
 from mockllm.mcp.log import Exchange, Http
 from mockllm.record.redact import Redactor
@@ -29,6 +31,8 @@ class ExchangeSink:
         self._numbers: dict[str, int] = {}  # Mcp-Session-Id -> 1, 2, ...
         self._next = itertools.count(1)
         self._orders: dict[int | None, itertools.count[int]] = {}
+        # Server streams (GET) still open: (exchange, its messages so far, status), by exchange id.
+        self.open: dict[int, tuple[Exchange, list[Any], int]] = {}
 
     def continue_from(self, numbers: Mapping[str, int]) -> None:
         """Number sessions after a recording's own (`numbers`: its session ids' numbers), which keep theirs."""
@@ -53,9 +57,23 @@ class ExchangeSink:
                         session=header_session(headers, self.session_headers), mcp_session=number,
                         protocol=protocol_of(request, headers.get(PROTOCOL_HEADER)), order=order)
 
+    def streaming(self, exchange: Exchange, messages: list[Any], status: int) -> None:
+        """A server stream is open: what it has said so far can be kept by a recording that ends first."""
+        self.open[id(exchange)] = (exchange, messages, status)
+
+    def still_open(self) -> list[Exchange]:
+        """The open streams as they stand, finished copies (a run's recording ends before they do)."""
+        out = []
+        for exchange, messages, status in self.open.values():
+            copy = msgspec.structs.replace(exchange, status=status, sse=True,
+                                           response=self.redactor.value(list(messages)))
+            out.append(copy)
+        return out
+
     def end(self, exchange: Exchange, status: int, sse: bool, messages: list[Any],
             given_session_id: str | None, started: float) -> None:
         """Finish and write `exchange`: its answer, and the session id the server gave (an `initialize`'s)."""
+        self.open.pop(id(exchange), None)
         exchange.status = status
         exchange.sse = sse
         exchange.response = self.redactor.value(messages)

@@ -56,6 +56,8 @@ class McpRunRecording:
 
     def write(self, folder: Path) -> str:
         written = []
+        for name, sink in self.sinks.items():  # streams the agent left open: kept as they stand
+            self.exchanges[name] += sink.still_open()
         for name, exchanges in self.exchanges.items():
             if not exchanges:
                 continue
