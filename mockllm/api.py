@@ -127,6 +127,10 @@ class _RunInfo:
         """The header dict that routes a client to the live session `session_id` of this run."""
         return session_headers(session_id)
 
+    def mcp_url(self, server: str) -> str:
+        """The Streamable HTTP endpoint of this run's MCP server `server` (`…/runs/{run}/mcp/{server}`)."""
+        return f"{self.root_url}/mcp/{server}"
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id} of {self.scenario!r} at {self.base_url}>"
 

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from mockllm.mcp.spec import parse_all as parse_mcp_all
+from mockllm.mcp.spec import parse_mcp
 from mockllm.replay.faults import Fault, parse_faults
 from mockllm.replay.normalize import Mask, masks_for
 from mockllm.scenario.side_routes import SideRouteSpec, parse_side_route
@@ -111,6 +113,15 @@ def parse_upstream(text: str) -> tuple[str, str]:
     return provider, url.rstrip("/")
 
 
+def mcp_server(text: str) -> str:
+    """`--mcp NAME=URL` or `NAME=stdio:COMMAND ARGS`, as given; a bad one is an error saying what is expected."""
+    try:
+        parse_mcp(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def check_speed(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError(f"speed must be a number > 0, not {value!r}")
@@ -190,6 +201,9 @@ class ServeOptions:
     upstream: tuple[str, ...] = _option(
         (), "where record modes send live calls: the OpenAI-compatible base (/v1 included), or PROVIDER=URL for one "
         f"provider ({', '.join(PROVIDERS)}) (repeatable)", metavar="URL|PROVIDER=URL", repeat=True)
+    mcp: tuple[str, ...] = _option(
+        (), "an MCP server record modes proxy at …/mcp/NAME: NAME=URL (Streamable HTTP) or NAME=stdio:COMMAND ARGS "
+        "(repeatable)", metavar="NAME=URL", repeat=True, kind=mcp_server)
     journal_limit: int = _option(1000, "calls kept in each run's journal (older ones are counted, not kept)",
                                  metavar="N", kind=int)
     log_level: str = _option("warning", "what the server logs; info logs one line per model call",
@@ -205,12 +219,13 @@ class ServeOptions:
         check_bind(self.bind)
         check_divergence(self.divergence)
         check_record_mode(self.record_mode)
-        for name in ("session_headers", "side_routes", "ignore_input", "upstream"):
+        for name in ("session_headers", "side_routes", "ignore_input", "upstream", "mcp"):
             object.__setattr__(self, name, items(getattr(self, name)))
         for upstream in self.upstream:
             parse_upstream(upstream)  # raises ValueError naming the bad one
         for route in self.side_routes:
             parse_side_route(route)  # raises ValueError naming the bad one
+        parse_mcp_all(self.mcp)  # raises ValueError naming the bad one
         object.__setattr__(self, "faults", parse_faults(self.faults))  # JSON texts or objects; a bad one is named
         check_patterns(self.ignore_input)
 

@@ -29,7 +29,7 @@ from tests.logbuilder import fork_tree, text_call
 
 REPORT_KEYS = ["run", "scenario", "consumed", "failures", "failures_more", "sessions", "divergences",
                "diverged_calls", "side_routes", "held", "pacing", "faults", "notices", "divergence", "went_live",
-               "recording"]
+               "recording", "mcp"]
 STATE_KEYS = [*REPORT_KEYS, "cwd", "settings", "holding", "bindings", "cursors", "journal", "journal_dropped"]
 
 

@@ -1,4 +1,4 @@
-"""The `mockllm` command: serve, inspect, check, record."""
+"""The `mockllm` command: serve, inspect, check, record, mcp-bridge."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ DOCS_PAGES = {
     "inspect": "docs/format.md",
     "check": "docs/cli.md",
     "record": "docs/record.md",
+    "mcp-bridge": "docs/mcp.md",
 }
 
 
@@ -46,6 +47,12 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("path", type=Path)
     _add_side_route(check)
     _add_record(verbs)
+    bridge = verbs.add_parser("mcp-bridge", help="a stdio MCP server that forwards to a Streamable HTTP one (for "
+                              "agents that start their MCP servers as commands)")
+    bridge.add_argument("url", help="the MCP endpoint: …/runs/RUN/mcp/NAME, …/scenarios/NAME/mcp/SERVER, "
+                        "or mockllm record's …/mcp/NAME")
+    bridge.add_argument("--header", action="append", default=[], metavar="NAME:VALUE",
+                        help="send this header with every request, e.g. x-mockllm-session:agent-1 (repeatable)")
     for name, verb in verbs.choices.items():
         verb.epilog = docs_note(DOCS_PAGES.get(name, "docs/cli.md"))
     return parser
@@ -83,6 +90,9 @@ def _add_record(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                              "mockllm.json), not as sessions: a title model, warm-ups (repeatable)")
     record.add_argument("--cwd", dest="record_cwd", metavar="DIR",
                         help="the agent's working folder: written as {{cwd}} in recorded strings, as dsh does")
+    record.add_argument("--mcp", dest="record_mcp", action="append", default=[], metavar="NAME=URL",
+                        help="proxy an MCP server at /mcp/NAME and record it in mcp.NAME.jsonl: NAME=URL (Streamable "
+                             "HTTP) or NAME=stdio:COMMAND ARGS (a stdio server it starts) (repeatable)")
     record.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
 
 
@@ -98,7 +108,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return record_forever(RecordOptions(args.upstream, args.out, pack=args.pack, redact=tuple(args.redact),
                                             host=args.host, port=args.port, log_level=args.log_level,
                                             session_headers=tuple(args.session_headers),
-                                            side_routes=tuple(args.record_side_routes), cwd=args.record_cwd))
+                                            side_routes=tuple(args.record_side_routes), cwd=args.record_cwd,
+                                            mcp=tuple(args.record_mcp)))
+    if args.verb == "mcp-bridge":
+        from mockllm.cli.mcp_bridge import run_bridge
+
+        return run_bridge(args.url, args.header)
     if args.verb == "inspect":
         from mockllm.cli.tree_view import run_inspect
 

@@ -31,6 +31,7 @@ from mockllm.dsh.chunks import (
 from mockllm.dsh.names import PRIMARY_FILE, SIDECAR_FILE
 from mockllm.errors import NotAScenarioError, ScenarioError
 from mockllm.inspector.tree import draw_tree
+from mockllm.mcp.summary import describe_log, log_to_json
 from mockllm.scenario.load import Scenario, Suite, load_suite
 from mockllm.scenario.side_routes import SideRouteSpec
 from mockllm.scenario.summary import SessionSummary, age, summarize
@@ -71,6 +72,8 @@ def suite_to_json(suite: Suite) -> dict[str, Any]:
 
 def scenario_to_json(scenario: Scenario) -> dict[str, Any]:
     doc: dict[str, Any] = msgspec.to_builtins(summarize(scenario))
+    if scenario.mcp:
+        doc["mcp"] = [log_to_json(log) for log in scenario.mcp.values()]
     return doc
 
 
@@ -132,6 +135,8 @@ def describe_scenario(scenario: Scenario) -> list[str]:
         apis = ", ".join(f"{api} {n}" for api, n in e.apis.items())
         lines.append(f"  embeddings: {e.file}  ({counted(e.calls, 'recorded call')}: {apis}; "
                      f"model(s) {', '.join(e.models)})")
+    for log in scenario.mcp.values():
+        lines += describe_log(log)
     return lines
 
 

@@ -20,6 +20,7 @@ from mockllm.cli.tree_view import counted
 from mockllm.dsh.names import TURN_END
 from mockllm.dsh.reader import CallChunk, Event, SessionLog
 from mockllm.errors import NotAScenarioError
+from mockllm.mcp.summary import doubts
 from mockllm.scenario.load import Scenario, SessionScript, Suite, load_suite
 from mockllm.scenario.side_routes import SideRouteSpec
 
@@ -62,6 +63,8 @@ def check_suite(suite: Suite) -> list[Diagnostic]:
     ]
     for scenario in suite.scenarios.values():
         diagnostics.extend(check_scenario(scenario))
+        diagnostics.extend(Diagnostic(log.path, line, message, "warning")
+                           for log in scenario.mcp.values() for line, message in doubts(log))
     return diagnostics
 
 

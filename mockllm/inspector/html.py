@@ -123,6 +123,8 @@ def run_html(view: RunView, *, body_url: BodyUrl | None = None, actions: bool = 
     extras = extras_html(view)
     if extras:
         parts.append(extras)
+    if view.mcp:
+        parts.append(mcp_html(view))
     kept = plural(len(view.calls), "call")
     dropped = f", {state.journal_dropped} older ones no longer kept" if state.journal_dropped else ""
     calls = "".join(call_html(view, c, body_url) for c in view.calls)
@@ -181,11 +183,34 @@ def lane_html(view: RunView, lane: Lane, depth: int) -> str:
         f'<li style="grid-column:{c.number - first + 1}"><a class="mark o-{c.outcome}{" held" if c.held else ""}" '
         f'href="#{esc(call_id(run, c.number))}" data-call="{c.number}" title="{esc(_mark_title(c, lane))}">'
         f"{_call_number(c)}</a></li>" for c in lane.calls)
+    if lane.mcp:  # the MCP calls the session made, under its model calls, each after the model calls before it
+        tools = "".join(
+            f'<li style="grid-column:{m.column}"><a class="mark mcp o-{m.outcome}" href="#mcp-{esc(run)}-{m.number}" '
+            f'title="{esc(m.call.server)}: {esc(m.call.what)}{esc(": " + m.call.error if m.call.error else "")}">'
+            f"T</a></li>" for m in lane.mcp)
+        tracks = f'<div class="tracks"><ol class="track">{marks}</ol><ol class="track mcp-track">{tools}</ol></div>'
+    else:
+        tracks = f'<ol class="track">{marks}</ol>'
     return (f'<div class="lane k-{esc(lane.kind.replace(" ", "-"))}" data-lane="{esc(lane.key)}" '
             f'style="--depth:{depth}"><div class="lane-head"><div class="lane-title">'
             f'<span class="kind k-{esc(lane.kind.replace(" ", "-"))}">{esc(lane.kind)}</span> '
             f"<b>{esc(lane.title)}</b>{cut}</div>"
-            f'<div class="lane-sub">{" · ".join(sub)}</div>{cursor}</div><ol class="track">{marks}</ol></div>')
+            f'<div class="lane-sub">{" · ".join(sub)}</div>{cursor}</div>{tracks}</div>')
+
+
+def mcp_html(view: RunView) -> str:
+    """Every MCP call of the run: server, call, the session that made it, the recorded line that answered."""
+    rows = []
+    for m in view.mcp:
+        call = m.call
+        answered = ("sent to the server (new_episodes)" if call.live else f"miss: {call.error}" if call.error
+                    else f"recorded line {call.line}" if call.line else "as recorded")
+        rows.append(f'<tr id="mcp-{esc(view.state.run)}-{m.number}" class="o-{m.outcome}"><td>{m.number + 1}</td>'
+                    f"<td>{esc(call.server)}</td><td><code>{esc(call.what)}</code></td>"
+                    f"<td>{esc(call.session or call.mcp_session or '-')}</td><td>{esc(answered)}</td></tr>")
+    return (f'<details class="mcp-calls" open><summary>MCP calls: {len(view.mcp)}</summary><table>'
+            "<thead><tr><th>#</th><th>server</th><th>call</th><th>session</th><th>answered by</th></tr></thead>"
+            f'<tbody>{"".join(rows)}</tbody></table></details>')
 
 
 def extras_html(view: RunView) -> str:

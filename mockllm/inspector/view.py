@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mockllm.dsh.names import EMBEDDINGS_FILE
+from mockllm.mcp.replay import McpCall
 from mockllm.replay.report import DivergenceReport, Failure, RunState, SessionReport, SideRouteReport
 from mockllm.scenario.summary import ScenarioSummary, SessionSummary
 
@@ -37,6 +38,20 @@ class CallView:
 
 
 @dataclass(slots=True, eq=False)
+class McpView:
+    """A call to an MCP server, on the lane of the session that made it, after the model calls before it."""
+
+    number: int  # 0-based among the run's MCP calls
+    call: McpCall
+    lane: str
+    column: int  # 1-based: the timeline column of the last model call that came before it (1 if none)
+
+    @property
+    def outcome(self) -> Outcome:
+        return "live" if self.call.live else "diverged" if self.call.error else "served"
+
+
+@dataclass(slots=True, eq=False)
 class Lane:
     key: str  # the recorded file; a side route's file; `live:<id>` for a session bound to no script
     title: str
@@ -47,6 +62,7 @@ class Lane:
     live_id: str | None = None
     bound: str = ""  # how the live session was bound, in words
     calls: list[CallView] = field(default_factory=list)
+    mcp: list[McpView] = field(default_factory=list)  # MCP calls the session made
 
     @property
     def served(self) -> int:
@@ -64,6 +80,7 @@ class RunView:
     calls: list[CallView]
     ended: bool = False
     first_at: float | None = None  # when the first kept call arrived (epoch seconds)
+    mcp: list[McpView] = field(default_factory=list)
 
     @property
     def problems(self) -> list[str]:
@@ -128,7 +145,29 @@ def run_view(state: RunState, summary: ScenarioSummary | None = None, *, ended: 
     for call in calls:
         call.held = (call.record.get("session"), call.record.get("script"), call.record.get("call")) in held
     first_at = state.journal[0].get("at") if state.journal else None
-    return RunView(state, list(lanes.values()), calls, ended, first_at if isinstance(first_at, float) else None)
+    mcp = _mcp_calls(state, lanes, calls)
+    return RunView(state, list(lanes.values()), calls, ended, first_at if isinstance(first_at, float) else None, mcp)
+
+
+def _mcp_calls(state: RunState, lanes: dict[str, Lane], calls: list[CallView]) -> list[McpView]:
+    """Each MCP call on the lane of the session that made it (its session header named the live id),
+    else on a lane of its server's own."""
+    by_live = {lane.live_id: lane for lane in lanes.values() if lane.live_id is not None}
+    times = [c.record.get("at") for c in calls]
+    out = []
+    for number, call in enumerate(state.mcp):
+        lane = by_live.get(call.session) if call.session is not None else None
+        if lane is None:
+            key = f"mcp:{call.server}"
+            lane = lanes.get(key)
+            if lane is None:
+                lane = lanes[key] = Lane(key, f"MCP server {call.server}", "mcp",
+                                         bound="calls no session header named")
+        before = sum(1 for at in times if isinstance(at, float) and at <= call.time)
+        view = McpView(number, call, lane.key, max(before, 1))
+        lane.mcp.append(view)
+        out.append(view)
+    return out
 
 
 def _match_divergences(state: RunState, calls: list[CallView]) -> None:

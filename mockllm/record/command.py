@@ -20,7 +20,9 @@ from aiohttp import web
 
 from mockllm.errors import RecordError
 from mockllm.hosting.listen import CannotListen, RunningServer, listen, run_main, serve_until_signalled
+from mockllm.mcp.spec import parse_all
 from mockllm.options import items, session_header_names
+from mockllm.record.mcp import McpRecorder
 from mockllm.record.proxy import Recorder, create_app
 from mockllm.record.redact import Redactor
 from mockllm.record.tree import SessionTree
@@ -39,9 +41,10 @@ class RecordOptions:
     session_headers: tuple[str, ...] = ()  # besides the built-in ones (`--session-header`), as replay reads them
     side_routes: tuple[str, ...] = ()  # models whose calls are written as side routes, not sessions (`--side-route`)
     cwd: str | None = None  # the agent's working folder, written as `{{cwd}}` (`--cwd`)
+    mcp: tuple[str, ...] = ()  # MCP servers proxied at /mcp/NAME: NAME=URL or NAME=stdio:COMMAND (`--mcp`)
 
     def __post_init__(self) -> None:
-        for name in ("redact", "session_headers", "side_routes"):
+        for name in ("redact", "session_headers", "side_routes", "mcp"):
             object.__setattr__(self, name, items(getattr(self, name)))
 
 
@@ -49,11 +52,12 @@ class RunningRecorder(RunningServer):
     """A started proxy; `base_url` is `http://host:port` (clients use `base_url + "/v1"`)."""
 
     def __init__(self, runner: web.AppRunner, upstream: Upstream, recorder: Recorder,
-                 host: str, port: int) -> None:
+                 host: str, port: int, mcp: McpRecorder | None = None) -> None:
         super().__init__(runner, host, port)
         self.upstream = upstream
         self.recorder = recorder
         self.tree = recorder.tree
+        self.mcp = mcp
 
     async def close(self) -> None:
         """Stop serving (calls in flight end as the client leaving would), then finish the tree."""
@@ -62,25 +66,38 @@ class RunningRecorder(RunningServer):
             await self.recorder.forwarder.settled()  # calls that ended are recorded before the tree closes
             await self.upstream.close()
         finally:
-            self.tree.close()
+            try:
+                if self.mcp is not None:
+                    await self.mcp.close()
+            finally:
+                self.tree.close()
 
 
 async def start_recorder(options: RecordOptions) -> RunningRecorder:
     """Start the proxy on the running loop (`port=0`: a free port). Raises a RecordError for what is
     asked of it (AlreadyRecorded if `out` already holds a recording, BadRedaction for a bad `--redact`
     pattern) and CannotListen (an OSError) for an address that cannot be bound."""
-    tree = SessionTree(options.out, pack=options.pack, redactor=Redactor(options.redact, cwd=options.cwd),
+    try:
+        specs = parse_all(options.mcp)
+    except ValueError as exc:
+        raise RecordError(str(exc)) from None
+    redactor = Redactor(options.redact, cwd=options.cwd)
+    tree = SessionTree(options.out, pack=options.pack, redactor=redactor,
                        side_routes=options.side_routes, cwd=bool(options.cwd))
     # No read timeout: an answer may stream (or be held) for as long as the upstream takes.
     upstream = Upstream()
-    recorder = Recorder.into(tree, options.upstream, upstream, session_header_names(options.session_headers))
+    headers = session_header_names(options.session_headers)
+    recorder = Recorder.into(tree, options.upstream, upstream, headers)
+    mcp = McpRecorder(specs, options.out, redactor, headers) if specs else None
     try:
-        runner, port = await listen(create_app(recorder), options.host, options.port)
+        runner, port = await listen(create_app(recorder, mcp.install if mcp else None), options.host, options.port)
     except BaseException:
         await upstream.close()
+        if mcp is not None:
+            await mcp.close()
         tree.close()
         raise
-    return RunningRecorder(runner, upstream, recorder, options.host, port)
+    return RunningRecorder(runner, upstream, recorder, options.host, port, mcp)
 
 
 def record_forever(options: RecordOptions) -> int:
@@ -100,7 +117,8 @@ def record_forever(options: RecordOptions) -> int:
 async def _record(options: RecordOptions) -> None:
     recorder = await start_recorder(options)
     banner = [f"mockllm recording to {options.out}, forwarding to {options.upstream}, on {recorder.base_url}",
-              f"  {recorder.base_url}/v1"]
+              f"  {recorder.base_url}/v1",
+              *(f"  {recorder.base_url}/mcp/{name}" for name in (recorder.mcp.writers if recorder.mcp else ()))]
     try:
         await serve_until_signalled(recorder, banner)
     finally:

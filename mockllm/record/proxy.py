@@ -20,7 +20,7 @@ forwarded and never written: nothing from a request's headers reaches the log.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -188,12 +188,15 @@ def lineage_of(headers: Mapping[str, str]) -> Lineage:
                    headers.get(FORK_HEADER, "").strip().lower() in ("true", "1", "yes"))
 
 
-def create_app(recorder: Recorder) -> web.Application:
+def create_app(recorder: Recorder, install: Callable[[web.Application], None] | None = None) -> web.Application:
+    """The proxy's routes; `install` adds more before the catch-all forward (the MCP servers' `/mcp/NAME`)."""
     app = web.Application(client_max_size=1024**3)
     app.router.add_post(COUNT_TOKENS_ROUTE, recorder.count_tokens)
     for api in EMBEDDINGS_APIS:  # before the dialects': Gemini's `{model}:{verb}` would take its routes
         for route in api.routes:
             app.router.add_post(route, _embeddings_handler(recorder, api))
+    if install is not None:
+        install(app)
     for dialect in DIALECTS:
         for route in dialect.routes:
             app.router.add_post(route, _handler(recorder, dialect))

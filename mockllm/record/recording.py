@@ -34,7 +34,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -97,6 +97,16 @@ def mockllm_version() -> str:
         return "unknown"
 
 
+class Beside(Protocol):
+    """Something a run records beside its model calls, written into its recording's folder."""
+
+    @property
+    def recorded(self) -> bool: ...
+
+    def write(self, folder: Path) -> str:
+        """Write into `folder` (blocking file work); what was written, in words (starting with "; ")."""
+
+
 class RunRecording(ABC):
     """One run's recording: `call` forwards a live call, `finish` writes (or discards) the scenario."""
 
@@ -117,6 +127,8 @@ class RunRecording(ABC):
         # Folders made for the staging folder (a group folder, the recordings folder): removed again
         # when nothing is written, so a failed first recording leaves no trace.
         self._made: list[Path] = []
+        # What the run recorded beside the model (its MCP servers' exchanges): written into the folder too.
+        self.beside: list[Beside] = []
 
     def send_early(self, request: web.Request, path: str, body: bytes, dialect: Dialect) -> Exchange | None:
         """Begin forwarding a call before it is routed (`path` as for `call`); None: no upstream for it."""
@@ -217,7 +229,7 @@ class RunRecording(ABC):
             problem = f"the run ended with failures ({failed}): record it again"
         if problem is None and self._calling:
             problem = f"{self._calling} live call(s) were still in flight when the run ended"
-        if problem is None and not self.recorded:
+        if problem is None and not (self.recorded or any(b.recorded for b in self.beside)):
             problem = "the run made no model call to record"
         if problem is None:
             try:
@@ -234,6 +246,8 @@ class RunRecording(ABC):
 
     def _write_and_publish(self) -> str:
         what = self._write()
+        self.staging.mkdir(parents=True, exist_ok=True)
+        what += "".join(beside.write(self.staging) for beside in self.beside)
         stamp(self.staging, self.mode, list(dict.fromkeys(self.hosts.values())))
         publish(self.staging, self.folder, replace=self.mode != "once")
         self._remove_made(keep=self.folder.parent)

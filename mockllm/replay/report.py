@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from mockllm.errors import MockllmError
+from mockllm.mcp.replay import McpCall
 
 if TYPE_CHECKING:  # the API decodes reports without the replay machinery: Run is only a type here
     from mockllm.replay.run import Run
@@ -151,6 +152,7 @@ class RunReport(msgspec.Struct, frozen=True):
     divergence: str = "fail"
     went_live: list[WentLive] = []  # new_episodes: the sessions that left the recording, and why
     recording: RecordingReport | None = None  # a record mode's recording, once the run has ended
+    mcp: list[McpCall] = []  # every call to a recorded MCP server, in order (a miss says why)
     # The server's whole answer, as the Python API received it: while a run is live it also holds
     # bindings, cursors and the journal. Unset (never encoded) in a report the server builds.
     state: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
@@ -204,6 +206,10 @@ class RunReport(msgspec.Struct, frozen=True):
         if self.notices:  # worth knowing, fails nothing
             lines.append("  notes:")
             lines += [f"    {n.session} (live id {n.live_id}) call {n.call + 1}: {n.message}" for n in self.notices]
+        if self.mcp:
+            lines.append(f"  MCP calls: {len(self.mcp)}")
+            lines += [f"    {c.server}: {c.what}" + (f" (line {c.line})" if c.line else "")
+                      + (f": {c.error}" if c.error else "") for c in self.mcp[:50]]
         lines.append("  sessions (calls served / recorded):")
         lines += [f"    {_session_line(s)}" for s in self.sessions]
         return "\n".join(lines)
@@ -260,14 +266,17 @@ def check(report: RunReport, *, require_consumed: bool = True) -> None:
 def build_report(run: Run) -> RunReport:
     """The run's report now: consumed, failures, sessions and side routes served, divergences, holds."""
     run.review_pending()  # comparisons queued off the request path: the report shows them all
+    misses = run.mcp.misses  # an MCP call no recorded call answers is a divergence as a model call's is
     return RunReport(
         run=run.id, scenario=run.scenario.name, consumed=run.consumed,
         failures=[Failure(f.code, f.message, f.session, f.call) for f in run.failures.first],
         failures_more=dict(run.failures.more),
         sessions=_sessions(run),
-        divergences=[DivergenceReport(d.kind, d.file, d.live_id, d.call, d.what, d.expected, d.got, d.diff)
-                     for d in [*(d for _, d in sorted(run.divergences.items())), *run.embedding_misses]],
-        diverged_calls=run.diverged_calls + len(run.embedding_misses),
+        divergences=[*(DivergenceReport(d.kind, d.file, d.live_id, d.call, d.what, d.expected, d.got, d.diff)
+                       for d in [*(d for _, d in sorted(run.divergences.items())), *run.embedding_misses]),
+                     *(DivergenceReport("mcp", m.file, m.session or "-", m.call, m.what, m.nearest, m.what, m.why)
+                       for m in misses)],
+        diverged_calls=run.diverged_calls + len(run.embedding_misses) + len(misses),
         side_routes=_side_routes(run),
         held=[HeldCall(**held) for held in run.held],
         pacing=list(run.pacing.values()),
@@ -275,6 +284,7 @@ def build_report(run: Run) -> RunReport:
         notices=list(run.notices),
         divergence=run.settings.divergence,
         went_live=list(run.went_live.values()),
+        mcp=run.mcp.calls,
     )
 
 

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from mockllm.errors import ReplayFailure, TemplateError
+from mockllm.mcp.replay import McpRun
 from mockllm.options import Headerless, RunSettings
 from mockllm.replay import advice
 from mockllm.replay.binding import Binding, Bindings
@@ -37,6 +38,7 @@ from mockllm.replay.divergence import Divergence, diverged
 from mockllm.replay.episodes import LiveSessions
 from mockllm.replay.faults import FaultError, FaultPlan
 from mockllm.replay.journal import CallRecord, Failures, Journal, RawHeaders
+from mockllm.replay.normalize import masked
 from mockllm.replay.outcome import Assignment, HeldInfo, Hold, Live, Outcome, Refusal, Stream, Whole
 from mockllm.replay.pacing import plan_pacing, untimed_reason
 from mockllm.replay.report import FaultServed, Notice, PacingNote, WentLive
@@ -85,8 +87,11 @@ class Run:
     _faults: FaultPlan = field(init=False)
     _pending: list[tuple[Assignment, Request, CallRecord]] = field(default_factory=list)  # answered, not compared
     _conversations: ConversationIndex = field(default_factory=ConversationIndex)
+    mcp: McpRun = field(init=False)  # the scenario's recorded MCP servers, as this run replays them
 
     def __post_init__(self) -> None:
+        masks = self.settings.masks
+        self.mcp = McpRun(self.scenario.mcp, (lambda text: masked(text, masks)) if masks else None)
         self.side_calls = [0] * len(self.scenario.side_routes)
         self._bindings = Bindings(self.scenario)
         self.went_live = LiveSessions(self.scenario, self._bindings)

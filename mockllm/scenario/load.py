@@ -17,6 +17,9 @@ from mockllm.dsh.header import SessionHeader, SessionKind
 from mockllm.dsh.names import CHILD_FILE, EMBEDDINGS_FILE, MANIFEST_FILE, PRIMARY_FILE, SIDECAR_FILE
 from mockllm.dsh.reader import SessionLog, read_log
 from mockllm.errors import NotAScenarioError, RecordingError, ScenarioError
+from mockllm.mcp.log import FILE as MCP_FILE
+from mockllm.mcp.log import McpLog
+from mockllm.mcp.log import read_log as read_mcp_log
 from mockllm.scenario.count_tokens import load_counts, request_key
 from mockllm.scenario.embeddings import EmbeddingStore, read_embeddings
 from mockllm.scenario.envelopes import WireCall, load_envelopes
@@ -78,6 +81,7 @@ class Scenario:
     side_routes: list[SideRoute] = field(default_factory=list)
     # model -> index into side_routes: looked up for every request, so a dict.
     side_models: dict[str, int] = field(default_factory=dict)
+    mcp: dict[str, McpLog] = field(default_factory=dict)  # recorded MCP servers by name (`mcp.NAME.jsonl`)
 
     # (script, call) -> names of the tools that entry calls, filled on first use.
     _tools: dict[tuple[int, int], tuple[str, ...]] = field(default_factory=dict)
@@ -150,8 +154,11 @@ def name_problem(name: str) -> str | None:
 
 
 def is_scenario(path: Path) -> bool:
-    """A session log, a sidecar, or recorded embeddings alone (a retrieval test that made no model call)."""
-    return any((path / name).is_file() for name in (PRIMARY_FILE, SIDECAR_FILE, EMBEDDINGS_FILE))
+    """A session log, a sidecar, or recordings beside the model alone: embeddings (a retrieval test
+    that made no model call) or MCP servers (an agent's tools, replayed beside whatever model the
+    test brings)."""
+    return (any((path / name).is_file() for name in (PRIMARY_FILE, SIDECAR_FILE, EMBEDDINGS_FILE))
+            or bool(mcp_files(path)))
 
 
 def session_files(path: Path) -> list[Path]:
@@ -231,8 +238,17 @@ def build_scenario(name: str, path: Path, primary: Path | None, children: Sequen
         embeddings = read_embeddings(path)
     except RecordingError as exc:
         problems.append(exc)
-    if not sessions and not problems and embeddings is not None and primary is None and sidecar_file is None:
-        sessions.append(_embeddings_only_primary(path))
+    servers: dict[str, McpLog] = {}
+    for file in mcp_files(path):
+        try:
+            servers[file.name[len("mcp."):-len(".jsonl")]] = read_mcp_log(file)
+        except RecordingError as exc:
+            problems.append(exc)
+    if not sessions and not problems and primary is None and sidecar_file is None:
+        if embeddings is not None:
+            sessions.append(_no_model_primary(path, EMBEDDINGS_FILE))
+        elif servers:
+            sessions.append(_no_model_primary(path, PRIMARY_FILE))
     try:
         envelopes = load_envelopes(path)
     except RecordingError as exc:
@@ -254,7 +270,14 @@ def build_scenario(name: str, path: Path, primary: Path | None, children: Sequen
                                                   f"side route model(s) declared twice: {', '.join(twice)}")])
     first, rest = sessions[0], sessions[1:]
     rest.sort(key=lambda s: (s.created_at, s.id))
-    return Scenario(name, path, [first, *rest], routes, embeddings=embeddings)
+    return Scenario(name, path, [first, *rest], routes, embeddings=embeddings, mcp=servers)
+
+
+def mcp_files(path: Path) -> list[Path]:
+    """A scenario folder's MCP recordings (`mcp.NAME.jsonl`), by name."""
+    if not path.is_dir():
+        return []
+    return sorted(p for p in path.iterdir() if MCP_FILE.fullmatch(p.name) and p.is_file())
 
 
 def load_suite(path: Path, *, keep_logs: bool = False, side_routes: Sequence[SideRouteSpec] = (),
@@ -310,10 +333,10 @@ def _session_script(file: Path, sidecar: Sidecar | None, keep_logs: bool, *, pri
     )
 
 
-def _embeddings_only_primary(path: Path) -> SessionScript:
-    """A scenario of embeddings alone still has a primary: one that made no model call, so it needs
-    no binding and a run that only embeds is consumed."""
-    return SessionScript(id=path.name, file=EMBEDDINGS_FILE, parent=None, kind="primary", cut=0, events=0,
+def _no_model_primary(path: Path, file: str) -> SessionScript:
+    """The primary of a scenario that recorded only what an agent calls beside the model (embeddings,
+    MCP servers): no model calls, so it needs no binding and a run that makes none is consumed."""
+    return SessionScript(id=path.name, file=file, parent=None, kind="primary", cut=0, events=0,
                          created_at=0, entries=[], header=None, model=None)
 
 

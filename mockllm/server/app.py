@@ -32,6 +32,7 @@ from mockllm.server.embeddings import EmbeddingsRoutes
 from mockllm.server.events import Hub
 from mockllm.server.inspector import Inspector
 from mockllm.server.live import LiveCalls
+from mockllm.server.mcp import McpRoutes
 from mockllm.server.mock_errors import mock_error
 from mockllm.server.streaming import OutcomeWriter, Pacer
 from mockllm.wire import DEFAULT, DIALECTS
@@ -318,5 +319,6 @@ def create_app(suite: Suite, options: ServeOptions | None = None) -> web.Applica
     _add_routes(app, "/_mockllm/runs/{run}", {"GET": admin.get_run, "DELETE": admin.end_run})
     for path, handlers in server.inspector.routes().items():
         _add_routes(app, path, handlers)
+    McpRoutes(server).install(app, ROOTS, _add_routes)  # `…/mcp/{server}` under every base root
     app.router.add_route("*", "/{tail:.*}", _unknown_path)
     return app
