@@ -13,11 +13,11 @@ first render included. Chat completions is rendered at start-up (the server warm
 nearly every agent speaks): that is the cost its requests are compared with. A warm-up pass in each
 dialect, on a copy no timed request reads, opens the connections and runs every code path once.
 Each round sends the same number of streamed requests in each dialect (chat completions, Anthropic
-Messages, OpenAI Responses, Gemini, Ollama), one scenario copy per dialect in turn, the order
+Messages, OpenAI Responses, Gemini, Ollama, Bedrock Converse), one scenario copy per dialect in turn, the order
 rotating, over 32 keep-alive connections. The server's CPU time (/proc schedstat, every thread's)
 over each dialect's requests gives its CPU per request, over all rounds; the ratio is to chat
 completions' over the same rounds (each round's own ratio is shown as a range). Target: every
-dialect within 1.25x of chat completions. Exit 0 when met, 1 when not.
+dialect within 1.25x of chat completions, Bedrock within 1.15x. Exit 0 when met, 1 when not.
 
 First renders are also timed apart, in this process, with nothing else in the measure: every entry
 of the scenario read once (`render.read`, what the catalog keeps for every dialect), then rendered
@@ -57,6 +57,7 @@ from mockllm.wire.envelope import Envelope  # noqa: E402
 from mockllm.wire.render import read  # noqa: E402
 
 TARGET = 1.25
+TARGETS = {"bedrock": 1.15}  # a dialect's own target, where it has a stricter one than TARGET
 CONNECTIONS = 32
 WARM = "warm"  # the scenario the warm-up passes read: no timed request does
 CALLS_PER_COPY = bench.SESSIONS * bench.CALLS_PER_SESSION
@@ -102,7 +103,14 @@ BODIES: dict[str, tuple[str, dict[str, Any]]] = {
                 "contents": [{"role": "user", "parts": [{"text": _ASK}]}]}),
     "ollama": ("/api/chat", {"model": "deepseek-v4-flash", "stream": True, "tools": [],
                              "messages": [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": _ASK}]}),
+    # As botocore sends it: the model id in the path, percent-encoded.
+    "bedrock": ("/model/us.deepseek.v4-flash-v1%3A0/converse-stream",
+                {"system": [{"text": _SYSTEM}], "messages": [{"role": "user", "content": [{"text": _ASK}]}]}),
 }
+
+
+def target(dialect: str) -> float:
+    return TARGETS.get(dialect, TARGET)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -170,14 +178,14 @@ async def measure(base: str, pid: int, requests: int, rounds: int) -> dict[str, 
             "cpu_us": cpu_us, "ratio": cpu_us / statistics.mean(r["chat"] for r in per_round),
             "ratio_range": [min(ratios), max(ratios)], "answered": answered[dialect],
         }
-    result["met"] = all(d["ratio"] <= TARGET and d["answered"] == requests * rounds
-                        for d in result["dialects"].values())
+    result["met"] = all(d["ratio"] <= target(name) and d["answered"] == requests * rounds
+                        for name, d in result["dialects"].items())
     return result
 
 
 # The bench's names for the dialects (their request shapes above) -> the registry's.
 _REGISTERED = {"chat": "chat", "messages": "anthropic", "responses": "responses", "gemini": "gemini",
-               "ollama": "ollama"}
+               "ollama": "ollama", "bedrock": "bedrock"}
 
 
 def first_renders(folder: Path, repeats: int) -> tuple[float, dict[str, float]]:
@@ -232,8 +240,9 @@ def main(argv: list[str]) -> int:
           f"  {'first render (us)':>17} {'ratio':>6} {'read+render':>11}")
     for name, d in result["dialects"].items():
         low, high = d["ratio_range"]
-        verdict = "PASS" if d["ratio"] <= TARGET and d["answered"] == requests * rounds else "FAIL"
-        print(f"{name:<10} {d['cpu_us']:>17.1f} {d['ratio']:>6.2f} {low:>5.2f}-{high:<6.2f} {'<= 1.25':>8}  {verdict}"
+        verdict = "PASS" if d["ratio"] <= target(name) and d["answered"] == requests * rounds else "FAIL"
+        print(f"{name:<10} {d['cpu_us']:>17.1f} {d['ratio']:>6.2f} {low:>5.2f}-{high:<6.2f} "
+              f"{f'<= {target(name):.2f}':>8}  {verdict}"
               f"  {d['first_render_us']:>17.1f} {d['first_render_ratio']:>6.2f} {d['from_entry_ratio']:>11.2f}")
     print("dialect bench: " + ("every target met" if result["met"] else "TARGET MISSED"))
     if args.json:

@@ -60,7 +60,15 @@ from mockllm.dsh.chunks import (
 )
 from mockllm.script.entries import ThrowEntry
 from mockllm.wire import render
-from mockllm.wire.bedrock.eventstream import EVENT_STREAM, EventStreamFrames, event_headers, exception_headers, message
+from mockllm.wire.bedrock.eventstream import (
+    EVENT_STREAM,
+    EventStreamFrames,
+    Leads,
+    event_headers,
+    exception_headers,
+    kept_message,
+    message,
+)
 from mockllm.wire.bedrock.request import decode_request, decode_routed
 from mockllm.wire.bedrock.stream import BedrockStreamDecoder, EventStreamReader
 from mockllm.wire.dialect import Dialect, FrameReader, SSEEvent, StreamDecoder
@@ -211,11 +219,24 @@ _DELTA_ENDS = {"text": b"}}", "reasoning": b"}}}", "tool-call": b"}}}"}
 _METRICS = b'{"metrics":{"latencyMs":0},"usage":'
 
 
+_LEADS: dict[tuple[str, int], Leads] = {}  # (kind, wire index) -> its delta messages' maker, for every reply
+
+
+def _leads(kind: str, wire: int) -> Leads:
+    leads = _LEADS.get((kind, wire))
+    if leads is None:
+        if len(_LEADS) > 64:  # a recording with very many blocks: what is kept stays bounded
+            _LEADS.clear()
+        head = b'{"contentBlockIndex":%d,"delta":{' % wire + _DELTA_FIELDS[kind]
+        leads = _LEADS[kind, wire] = Leads(_BLOCK_DELTA, head, _DELTA_ENDS[kind])
+    return leads
+
+
 class _Block:
     """One content block on the wire: its kind and index, what its deltas assembled, its tool
-    identity, and its delta payloads' head and tail (around each encoded fragment)."""
+    identity, and the maker of its delta messages."""
 
-    __slots__ = ("call_id", "head", "kind", "name", "parts", "tail", "wire")
+    __slots__ = ("call_id", "kind", "leads", "name", "parts", "wire")
 
     def __init__(self, kind: str, wire: int, call_id: str | None, name: str | None) -> None:
         self.kind = kind
@@ -223,8 +244,7 @@ class _Block:
         self.parts: list[str] = []
         self.call_id = call_id
         self.name = name
-        self.head = b'{"contentBlockIndex":%d,"delta":{' % wire + _DELTA_FIELDS[kind]
-        self.tail = _DELTA_ENDS[kind]
+        self.leads = _leads(kind, wire)
 
     def assembled(self) -> dict[str, Any]:
         """The block in a whole `converse` answer."""
@@ -262,8 +282,7 @@ class _ConverseCall(CallRender):
         block = self._last
         assert block is not None
         block.parts.append(run.text)
-        head, tail = block.head, block.tail
-        self.frames.run([message(_BLOCK_DELTA, head + value + tail) for value in run.values], run.count)
+        self.frames.run(block.leads.many(run.values), run.count)
 
     def block_start(self, chunk: BlockStart) -> None:
         if chunk.blockType in _DELTA_FIELDS:
@@ -287,8 +306,8 @@ class _ConverseCall(CallRender):
             self._close(self._open)
         stop = _encode(stop_reason(self.finish))
         usage = _encode(usage_object(self.usage))
-        self.frames.append(message(_MESSAGE_STOP, b'{"stopReason":' + stop + b"}"))
-        self.frames.append(message(_METADATA, _METRICS + usage + b"}"))
+        self.frames.append(kept_message(_MESSAGE_STOP, b'{"stopReason":' + stop + b"}"))
+        self.frames.append(kept_message(_METADATA, _METRICS + usage + b"}"))
         content = _encode([block.assembled() for block in self.blocks])
         whole = (b'{"metrics":{"latencyMs":0},"output":{"message":{"content":' + content
                  + b',"role":"assistant"}},"stopReason":' + stop + b',"usage":' + usage + b"}")
@@ -345,13 +364,13 @@ class _ConverseCall(CallRender):
         # interleaves blocks) is still sent at its index, so no fragment is lost.
         block = self._last = self._by_index.get(index) or self._start(index, kind)
         block.parts.append(text)
-        self.frames.append(message(_BLOCK_DELTA, block.head + _encode(text) + block.tail))
+        self.frames.append(block.leads.one(_encode(text)))
 
     def _close(self, block: _Block) -> None:
         if block.kind == "reasoning":
             signature = b'{"contentBlockIndex":%d,"delta":{"reasoningContent":{"signature":"%s"}}}' % (
                 block.wire, SIGNATURE.encode())
-            self.frames.append(message(_BLOCK_DELTA, signature))
-        self.frames.append(message(_BLOCK_STOP, b'{"contentBlockIndex":%d}' % block.wire))
+            self.frames.append(kept_message(_BLOCK_DELTA, signature))
+        self.frames.append(kept_message(_BLOCK_STOP, b'{"contentBlockIndex":%d}' % block.wire))
         self._open = None
 
