@@ -119,3 +119,19 @@ async def test_mockllm_record_signs_again_too(upstream, tmp_path):
         assert await asyncio.to_thread(tool_loop, run.root_url) == live
         run.assert_consumed()
     assert_no_secret(out, upstream)
+
+
+def test_with_no_credentials_the_call_fails_naming_what_to_set(upstream, tmp_path, monkeypatch):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    with mockllm.Server(tmp_path, upstream=[f"bedrock={upstream.url}"], record_mode="once") as server:
+        with server.run("no_keys") as run:
+            sdk = client(run.root_url)  # the client has keys of its own: they are never sent on
+            with pytest.raises(sdk.exceptions.ClientError) as caught:
+                converse(sdk, user("hello"))
+        assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 502
+        assert "AWS_ACCESS_KEY_ID" in caught.value.response["Error"]["Message"]
+        assert caught.value.response["ResponseMetadata"]["HTTPHeaders"]["x-amzn-errortype"] == "InternalServerException"
+        assert upstream.received == [], "nothing unsigned, nothing signed by the client, went upstream"
+        recording = run.end().recording
+        assert recording is not None and not recording.written

@@ -146,9 +146,10 @@ class Forwarder:
             log.warning("mockllm record: %s", message)
             if target is not None:
                 self._failed(target.caller, 502, message)
-            error = (dialect or DEFAULT).error_body(f"mockllm record: {message}", "upstream_unreachable", 502)
+            shape = dialect or DEFAULT
+            error = shape.error_body(f"mockllm record: {message}", "upstream_unreachable", 502)
             return web.Response(status=502, body=error, content_type="application/json",
-                                headers={"x-should-retry": "false"})
+                                headers={"x-should-retry": "false", **(shape.error_headers(error) or {})})
         if dialect is None or target is None:
             return await _relay(request, upstream)
         if upstream.status >= 400:

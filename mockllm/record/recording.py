@@ -286,8 +286,9 @@ def no_upstream(dialect: Dialect) -> str:
 
 
 def _no_upstream_response(dialect: Dialect) -> web.Response:
-    return web.Response(status=502, body=dialect.error_body(no_upstream(dialect), "no_upstream", 502),
-                        content_type="application/json", headers={"x-should-retry": "false"})
+    body = dialect.error_body(no_upstream(dialect), "no_upstream", 502)
+    return web.Response(status=502, body=body, content_type="application/json",
+                        headers={"x-should-retry": "false", **(dialect.error_headers(body) or {})})
 
 
 def stamp(folder: Path, mode: str, hosts: list[str]) -> None:
