@@ -5,7 +5,8 @@ binary event stream framed here with its own few lines, not mockllm's encoder) a
 request's SigV4 signature with botocore against the credentials it was given: a request signed
 for another host, with other keys or a changed body is refused with Bedrock's 403, as AWS refuses
 it. Its answers follow the conversation: a `toolResult` in the last message gets a text answer
-quoting it; a first turn that offers tools calls the first one; anything else is echoed.
+quoting it; a first turn that offers tools calls the first one; a message saying REFUSE gets a
+400 `ValidationException`; anything else is echoed.
 """
 
 from __future__ import annotations
@@ -133,7 +134,11 @@ class ScriptedBedrock:
             return web.json_response({"message": f"The request signature we calculated does not match: {wrong}"},
                                      status=403, headers={"x-amzn-errortype": "InvalidSignatureException"})
         self._ids += 1
-        content = answer_to(json.loads(body), f"tooluse_scripted_{self._ids}")
+        asked = json.loads(body)
+        if "REFUSE" in json.dumps(asked["messages"][-1]):  # as Bedrock refuses a request it cannot serve
+            return web.json_response({"message": "The model refused this scripted request."}, status=400,
+                                     headers={"x-amzn-errortype": "ValidationException:http://internal.amazon.com/"})
+        content = answer_to(asked, f"tooluse_scripted_{self._ids}")
         stop = "tool_use" if any("toolUse" in block for block in content) else "end_turn"
         usage = {"inputTokens": 20 + self._ids, "outputTokens": 7, "totalTokens": 27 + self._ids}
         if request.match_info["verb"] == "converse":

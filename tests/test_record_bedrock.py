@@ -135,3 +135,25 @@ def test_with_no_credentials_the_call_fails_naming_what_to_set(upstream, tmp_pat
         assert upstream.received == [], "nothing unsigned, nothing signed by the client, went upstream"
         recording = run.end().recording
         assert recording is not None and not recording.written
+
+
+async def test_a_refusal_is_recorded_and_replayed_as_the_same_exception(upstream, tmp_path):
+    import asyncio
+
+    out = tmp_path / "refusal"
+
+    def ask(endpoint: str) -> tuple[str, str, int]:
+        sdk = client(endpoint)
+        try:
+            converse(sdk, user("REFUSE this"))
+        except sdk.exceptions.ValidationException as exc:
+            return exc.response["Error"]["Code"], exc.response["Error"]["Message"], \
+                exc.response["ResponseMetadata"]["HTTPStatusCode"]
+        raise AssertionError("no ValidationException")
+
+    async with await start_recorder(RecordOptions(upstream.url, out, port=0)) as recorder:
+        live = await asyncio.to_thread(ask, recorder.base_url)
+    assert live == ("ValidationException", "The model refused this scripted request.", 400)
+    upstream.stop()
+    with mockllm.Server(out) as server, server.run(out.name) as run:
+        assert await asyncio.to_thread(ask, run.root_url) == live

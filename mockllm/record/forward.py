@@ -341,10 +341,14 @@ def _media_type(content_type: str) -> str:
 def _failure(status: int, body: bytes) -> Failed:
     """An error answer's message and code, from `{"error":{"message","code"|"type"}}` (OpenAI,
     Anthropic), `{"error":{"code":404,"message","status":"NOT_FOUND"}}` (Gemini: its status name is
-    the code) or `{"error":"message"}` (Ollama: no code)."""
+    the code), `{"error":"message"}` (Ollama: no code) or `{"message"}` (Bedrock: its type, in a
+    header, is not kept; replay names it again by status)."""
     error: Any = None
     with contextlib.suppress(msgspec.DecodeError, AttributeError):
-        error = msgspec.json.decode(body).get("error")
+        whole = msgspec.json.decode(body)
+        error = whole.get("error")
+        if error is None and isinstance(whole.get("message"), str):
+            error = {"message": whole["message"], "code": whole.get("__type")}
     if isinstance(error, str) and error:
         return Failed(status, error, f"HTTP_{status}")
     if not isinstance(error, dict):
