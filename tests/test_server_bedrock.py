@@ -22,7 +22,7 @@ from mockllm.dsh.chunks import BlockEnd, FinishChunk, UsageChunk
 from mockllm.scenario.load import load_scenario
 from mockllm.script.entries import ChunksEntry, HangEntry, ThrowEntry
 from mockllm.wire.bedrock.dialect import BedrockConverse
-from mockllm.wire.bedrock.eventstream import EventStreamEvents
+from mockllm.wire.bedrock.eventstream import EventStreamEvents, Leads, event_headers
 from mockllm.wire.bedrock.stream import EventStreamReader
 from mockllm.wire.envelope import Envelope
 from mockllm.wire.render import read
@@ -489,3 +489,16 @@ def _shape(chunks: Any) -> list[Any]:
         elif isinstance(chunk, FinishChunk):
             out.append(chunk.reason.kind)
     return out
+
+
+def test_kept_messages_are_dropped_past_their_bound_and_framed_again():
+    """A block head keeps at most KEPT messages; past it they are framed afresh, byte for byte."""
+    leads = Leads(event_headers("contentBlockDelta"), b'{"contentBlockIndex":0,"delta":{"text":', b"}}")
+    values = [msgspec.json.encode(f"word {n}") for n in range(Leads.KEPT + 10)]
+    first = leads.many(values[:100])
+    framed = leads.many(values)  # over the bound: every value of this run framed anew
+    assert framed[:100] == first
+    buffer = EventStreamBuffer()
+    buffer.add_data(b"".join(framed))
+    assert [json.loads(m.payload)["delta"]["text"] for m in buffer] == [f"word {n}" for n in range(Leads.KEPT + 10)]
+    assert leads.one(values[5]) == framed[5]

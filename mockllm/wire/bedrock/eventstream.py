@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from itertools import repeat
-from operator import add
+from operator import add, itemgetter
 from struct import Struct
 from zlib import crc32
 
@@ -66,64 +66,73 @@ class Leads:
 
     Everything before a message's value depends only on the value's length: the prelude, its CRC,
     the headers, the payload's head, and the CRC state after them, made once per length
-    (`_leads`, `_states`); a new value then costs one CRC over itself and the payload's tail. And a
+    (`_lengths`); a new value then costs one CRC over itself and the payload's tail. And a
     message is a function of its value alone, so each is kept (`_known`, bounded): fragments repeat
     (` the`, `,`, a recorded word), and a run of deltas is the bulk of every stream. A first render
     framed every delta at over ten times what chat completions' template join costs per delta; with
     the messages kept, a delta whose value was framed before costs two dict lookups. New values are
     framed with C-level maps, not a Python loop per delta.
+
+    Servers in one process (the Python API runs each on a thread of its own) share the block heads'
+    makers: what is kept is never emptied in place but replaced, and each call works on the
+    dictionaries it started with, so another thread's replacing them cannot take a value from it.
     """
 
-    __slots__ = ("_fixed", "_head", "_headers", "_known", "_leads", "_states", "_tail")
+    __slots__ = ("_fixed", "_head", "_headers", "_known", "_lengths", "_tail")
 
-    KEPT = 4096  # messages kept per block head; past it, the kept ones are dropped and kept afresh
+    KEPT = 4096  # messages (and lengths) kept per block head; past it, they are dropped and kept afresh
 
     def __init__(self, headers: bytes, head: bytes, tail: bytes) -> None:
         self._headers = headers
         self._head = head
         self._tail = tail
         self._fixed = 16 + len(headers) + len(head) + len(tail)
-        self._leads: dict[int, bytes] = {}  # value length -> the message's bytes before the value
-        self._states: dict[int, int] = {}  # value length -> the CRC state after them
+        # value length -> (the message's bytes before the value, the CRC state after them)
+        self._lengths: dict[int, tuple[bytes, int]] = {}
         self._known: dict[bytes, bytes] = {}  # value -> its whole message
 
-    def _learn_lengths(self, lengths: set[int]) -> None:
-        headers, fixed = self._headers, self._fixed
-        for length in lengths.difference(self._leads):
-            prelude = _PRELUDE.pack(fixed + length, len(headers))
-            lead = prelude + _CRC.pack(crc32(prelude)) + headers + self._head
-            self._leads[length] = lead
-            self._states[length] = crc32(lead)
-
-    def _learn(self, values: list[bytes]) -> None:
-        """Frame each of `values` (new ones, distinct) and keep its message."""
+    def _learn(self, values: list[bytes], known: dict[bytes, bytes]) -> None:
+        """Frame each of `values` (new ones, distinct) and keep its message in `known`."""
         lengths = list(map(len, values))
-        self._learn_lengths(set(lengths))
+        leads = self._lengths
+        new = set(lengths).difference(leads)
+        if new:
+            if len(leads) + len(new) > self.KEPT:
+                leads = self._lengths = {}
+                new = set(lengths)
+            headers, fixed = self._headers, self._fixed
+            for length in new:
+                prelude = _PRELUDE.pack(fixed + length, len(headers))
+                lead = prelude + _CRC.pack(crc32(prelude)) + headers + self._head
+                leads[length] = (lead, crc32(lead))
+        found = list(map(leads.__getitem__, lengths))
         rests = list(map(add, values, repeat(self._tail)))
-        crcs = map(_CRC.pack, map(crc32, rests, map(self._states.__getitem__, lengths)))
-        leads = map(self._leads.__getitem__, lengths)
-        self._known.update(zip(values, map(b"".join, zip(leads, rests, crcs, strict=True)), strict=True))
+        crcs = map(_CRC.pack, map(crc32, rests, map(itemgetter(1), found)))
+        known.update(zip(values, map(b"".join, zip(map(itemgetter(0), found), rests, crcs, strict=True)),
+                         strict=True))
 
     def one(self, value: bytes) -> bytes:
         """The message holding `value` (encoded JSON) between the payload's head and tail."""
-        message = self._known.get(value)
+        known = self._known
+        message = known.get(value)
         if message is None:
-            if len(self._known) >= self.KEPT:
-                self._known.clear()
-            self._learn([value])
-            message = self._known[value]
+            if len(known) >= self.KEPT:
+                known = self._known = {}
+            self._learn([value], known)
+            message = known[value]
         return message
 
     def many(self, values: list[bytes]) -> list[bytes]:
         """The messages for each of `values`, in order (joined once, with the rest of the stream's
         frames: `Frames.run`)."""
-        new = set(values).difference(self._known)
+        known = self._known
+        new = set(values).difference(known)
         if new:
-            if len(self._known) + len(new) > self.KEPT:  # dropped: every value of this run is framed anew
-                self._known.clear()
+            if len(known) + len(new) > self.KEPT:  # dropped: every value of this run is framed anew
+                known = self._known = {}
                 new = set(values)
-            self._learn(list(new))
-        return list(map(self._known.__getitem__, values))
+            self._learn(list(new), known)
+        return list(map(known.__getitem__, values))
 
 
 def split(joined: bytes | memoryview) -> list[bytes]:
