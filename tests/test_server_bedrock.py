@@ -19,6 +19,7 @@ from botocore.eventstream import EventStreamBuffer
 from botocore.exceptions import ClientError, EventStreamError
 
 from mockllm.dsh.chunks import BlockEnd, FinishChunk, UsageChunk
+from mockllm.errors import RequestError
 from mockllm.scenario.load import load_scenario
 from mockllm.script.entries import ChunksEntry, HangEntry, ThrowEntry
 from mockllm.wire.bedrock.dialect import BedrockConverse
@@ -502,3 +503,31 @@ def test_kept_messages_are_dropped_past_their_bound_and_framed_again():
     buffer.add_data(b"".join(framed))
     assert [json.loads(m.payload)["delta"]["text"] for m in buffer] == [f"word {n}" for n in range(Leads.KEPT + 10)]
     assert leads.one(values[5]) == framed[5]
+
+
+def test_a_request_in_neutral_form():
+    image = {"image": {"format": "png", "source": {"bytes": "AA=="}}}
+    reasoning = {"reasoningContent": {"reasoningText": {"text": "hm", "signature": "s"}}}
+    use = {"toolUse": {"toolUseId": "t1", "name": "get", "input": {"b": 2, "a": 1}}}
+    results = [{"toolResult": {"toolUseId": "t1", "content": [{"json": {"sky": "clear"}}]}},
+               {"toolResult": {"toolUseId": "t2", "content": [{"text": "ok"}], "status": "error"}},
+               {"cachePoint": {"type": "default"}}]
+    body = {"system": [{"text": "You are terse."}, {"cachePoint": {"type": "default"}}],
+            "messages": [
+                {"role": "user", "content": [{"text": "Weather?"}, image]},
+                {"role": "assistant", "content": [reasoning, {"text": "Checking."}, use]},
+                {"role": "user", "content": results}],
+            "toolConfig": {"tools": [{"toolSpec": {"name": "get", "inputSchema": {"json": {}}}}]}}
+    request = BEDROCK.decode_routed(msgspec.json.encode(body), {"modelId": "m:0", "verb": "converse-stream"})
+    assert (request.stream, request.model, request.offered_tools) == (True, "m:0", frozenset({"get"}))
+    assert [(m.role, m.text, m.tool_calls, m.tool_call_id) for m in request.messages] == [
+        ("system", "You are terse.", (), None),
+        ("user", 'Weather?{"image":{"format":"png","source":{"bytes":"AA=="}}}', (), None),
+        ("assistant", "Checking.", (("t1", "get", '{"a":1,"b":2}'),), None),
+        ("tool", '{"sky":"clear"}', (), "t1"),
+        ("tool", "ok", (), "t2")]
+    assert BEDROCK.decode_routed(msgspec.json.encode(body), {"modelId": "m", "verb": "converse"}).stream is False
+    with pytest.raises(RequestError, match="not /invoke"):
+        BEDROCK.decode_routed(msgspec.json.encode(body), {"modelId": "m", "verb": "invoke"})
+    with pytest.raises(RequestError, match='"messages" is empty'):
+        BEDROCK.decode_request(b'{"messages": []}')

@@ -90,8 +90,8 @@ def converse_message(message: Any) -> list[Message]:
         elif not any(key in block for key in _DROPPED):
             texts.append(_canonical(block))
             rest = True
-        else:
-            rest = True
+        # Reasoning and cache points are no content of their own: tool results followed by a cache
+        # point are still only tool results, as the same turn sent without one.
     if rest or not out:
         out.append(Message(role, "".join(texts), tuple(calls)))
     return out
@@ -106,6 +106,8 @@ def converse_messages(conversation: dict[str, Any]) -> list[Message]:
     if isinstance(system, list):
         out.append(Message("system", "".join(b["text"] for b in system
                                              if isinstance(b, dict) and isinstance(b.get("text"), str))))
+    elif isinstance(system, str):  # not Bedrock's shape, but its meaning is plain
+        out.append(Message("system", system))
     for message in conversation["messages"]:
         out.extend(converse_message(msgspec.json.decode(message) if isinstance(message, msgspec.Raw) else message))
     return out
