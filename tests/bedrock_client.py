@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -31,6 +32,10 @@ STOP_REASONS = {"stop": "end_turn", "tool-calls": "tool_use", "max-tokens": "max
 ERROR_STOPS = {"EMPTY_RESPONSE": "end_turn", "CONTENT_FILTER": "content_filtered"}
 FAKE_KEY_ID = "AKIAMOCKLLMFAKEKEY01"
 FAKE_SECRET = "mockllm/fake/secret/key/never/real/0000000"
+
+# The keys mockllm signs with when recording (the environment's), apart from the client's own.
+UPSTREAM_KEY = "AKIAUPSTREAMSIGNING01"
+UPSTREAM_SECRET = "upstream/secret/only/in/the/environment/000"
 
 AWS_ENV = {"AWS_ACCESS_KEY_ID": FAKE_KEY_ID, "AWS_SECRET_ACCESS_KEY": FAKE_SECRET, "AWS_REGION": "us-east-1",
            "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
@@ -165,3 +170,16 @@ def whole(fragments: list[tuple[str, str]]) -> list[tuple[str, str]]:
         else:
             out.append((kind, text))
     return out
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def assert_no_secret(folder: Path, upstream: Any) -> None:
+    """No key (the client's, the environment's) and no signature the upstream saw in any byte written under `folder`."""
+    recorded = b"".join(files(folder).values())
+    assert recorded, "something was written"
+    secrets = [FAKE_KEY_ID, FAKE_SECRET, UPSTREAM_KEY, UPSTREAM_SECRET, "AWS4-HMAC-SHA256", "Signature="]
+    secrets += [r["headers"]["Authorization"].rpartition("Signature=")[2] for r in upstream.received]
+    assert not [s for s in secrets if s.encode() in recorded], "no key or signature in any recorded byte"

@@ -9,7 +9,6 @@ signed again, and the files written hold neither key nor signature.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,11 +16,19 @@ import pytest
 import mockllm
 from mockllm.record.command import RecordOptions, start_recorder
 from mockllm.wire.bedrock import signing
-from tests.bedrock_client import FAKE_KEY_ID, FAKE_SECRET, client, converse, converse_stream, fake_aws, user
+from tests.bedrock_client import (
+    FAKE_KEY_ID,
+    UPSTREAM_KEY,
+    UPSTREAM_SECRET,
+    assert_no_secret,
+    client,
+    converse,
+    converse_stream,
+    fake_aws,
+    user,
+)
 from tests.scripted_bedrock import ScriptedBedrock
 
-UPSTREAM_KEY = "AKIAUPSTREAMSIGNING01"
-UPSTREAM_SECRET = "upstream/secret/only/in/the/environment/000"
 TOOLS = {"tools": [{"toolSpec": {"name": "get_weather", "description": "the weather in a city",
                                  "inputSchema": {"json": {"type": "object",
                                                           "properties": {"city": {"type": "string"}}}}}}]}
@@ -52,18 +59,6 @@ def tool_loop(endpoint: str) -> list[Any]:
                                                              "content": [{"text": "sunny, 21C"}]}}]}]
     second = converse(sdk, messages, toolConfig=TOOLS)
     return [first, second]
-
-
-def files(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def assert_no_secret(folder: Path, upstream: ScriptedBedrock) -> None:
-    recorded = b"".join(files(folder).values())
-    assert recorded, "something was written"
-    secrets = [FAKE_KEY_ID, FAKE_SECRET, UPSTREAM_KEY, UPSTREAM_SECRET, "AWS4-HMAC-SHA256", "Signature="]
-    secrets += [r["headers"]["Authorization"].rpartition("Signature=")[2] for r in upstream.received]
-    assert not [s for s in secrets if s.encode() in recorded], "no key or signature in any recorded byte"
 
 
 def test_record_mode_signs_each_call_again_and_replays_with_the_upstream_gone(upstream, tmp_path):

@@ -14,9 +14,8 @@ from strands.models import BedrockModel
 
 import mockllm
 from mockllm.wire.bedrock import signing
-from tests.bedrock_client import fake_aws
+from tests.bedrock_client import UPSTREAM_KEY, UPSTREAM_SECRET, assert_no_secret, fake_aws
 from tests.scripted_bedrock import ScriptedBedrock
-from tests.test_record_bedrock import UPSTREAM_KEY, UPSTREAM_SECRET, assert_no_secret
 
 CALLS: list[str] = []  # the cities the tool was called with, per agent run
 
