@@ -531,3 +531,22 @@ def test_a_request_in_neutral_form():
         BEDROCK.decode_routed(msgspec.json.encode(body), {"modelId": "m", "verb": "invoke"})
     with pytest.raises(RequestError, match='"messages" is empty'):
         BEDROCK.decode_request(b'{"messages": []}')
+
+
+async def test_the_journal_keeps_no_credential_of_a_signed_call(serve, tmp_path):
+    """boto3 signs every call (Authorization, X-Amz-Security-Token with session credentials): the
+    run's journal, shown on the inspector page and in report files, keeps neither."""
+    import boto3
+    from botocore.config import Config
+
+    server = await serve(write_sessions(tmp_path / "one", {"p": [text_call("hi")]}))
+    run, base = await new_run(server.base_url, "one")
+    sdk = boto3.client("bedrock-runtime", endpoint_url=root(base), config=Config(region_name="us-east-1"),
+                       aws_access_key_id="AKIAJOURNALTEST00001", aws_secret_access_key="journal-secret",
+                       aws_session_token="journal-session-token-value")
+    await off_loop(converse, sdk, user("task of p"))
+    journal = (await run_state(server.base_url, run))["journal"]
+    kept = json.dumps(journal)
+    assert journal[0]["headers"]["x-amz-security-token"] == "[redacted]"
+    assert "AKIAJOURNALTEST00001" not in kept and "journal-session-token-value" not in kept
+    assert "Signature=" not in kept
