@@ -115,7 +115,8 @@ class _RunInfo:
         self.scenario = scenario
         self.base_url: str = body["base_url"]  # ends in /v1: an OpenAI client's base_url
         # The base without /v1, for every client that adds its own version path: google-genai's
-        # base_url (it adds /v1beta or /v1) and the ollama client's host (it adds /api). One name
+        # base_url (it adds /v1beta or /v1), the ollama client's host (it adds /api) and a boto3
+        # bedrock-runtime client's endpoint_url (it adds /model/…). One name
         # for all of them, since it is one address: a client's name would only repeat it.
         self.root_url: str = self.base_url.removesuffix("/v1")
         # The Anthropic SDK adds /v1 itself: its base_url is the root too (named before root_url was).

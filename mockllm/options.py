@@ -48,7 +48,7 @@ PACES = ("burst", "recorded")
 BINDS = ("order", "content")
 RECORD_MODES = ("none", "once", "new_episodes", "rewrite")
 # `--upstream PROVIDER=URL`: the providers a live call can be sent to, named as users know them.
-PROVIDERS = ("openai", "anthropic", "gemini", "ollama")
+PROVIDERS = ("openai", "anthropic", "gemini", "ollama", "bedrock")
 
 
 def parse_bool(value: str | bool) -> bool:

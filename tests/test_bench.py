@@ -361,6 +361,6 @@ def test_the_dialect_bench_runs_and_every_dialect_answers(tmp_path: Path) -> Non
     )
     assert done.returncode in (0, 1), done.stdout + done.stderr
     result = json.loads(out.read_text())
-    assert set(result["dialects"]) == {"chat", "messages", "responses", "gemini", "ollama", "embeddings"}
+    assert set(result["dialects"]) == {"chat", "messages", "responses", "gemini", "ollama", "bedrock", "embeddings"}
     assert all(d["answered"] == 200 for d in result["dialects"].values())
     assert "server CPU per streamed request" in done.stdout

@@ -35,6 +35,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from mockllm.dsh.chunks import Failure, FinishChunk, FinishReason
+from mockllm.errors import RecordError
 from mockllm.record.call import ObservedCall, TimedChunk, read_inputs
 from mockllm.record.tree import Caller, Failed
 from mockllm.record.upstream import Answer, Exchange, Upstream, UpstreamCut, UpstreamError
@@ -111,10 +112,17 @@ class Forwarder:
             work, args = self._pending.popleft()
             self._run(work, args, all_at_once=True)
 
-    def start(self, request: web.Request, url: str, body: bytes) -> Exchange:
+    def start(self, request: web.Request, url: str, body: bytes, dialect: Dialect | None = None) -> Exchange:
         """Begin forwarding a request: sent now if a kept-alive connection to its upstream is idle
-        (`Upstream.start`), so the caller's own work on it overlaps the upstream's."""
-        return self.upstream.start(request.method, url, forwarded(request.raw_headers), body)
+        (`Upstream.start`), so the caller's own work on it overlaps the upstream's. A dialect's call
+        goes as the dialect says (`Dialect.upstream_request`: Bedrock signs it again)."""
+        headers = forwarded(request.raw_headers)
+        if dialect is not None:
+            try:
+                url, headers = dialect.upstream_request(request.method, url, headers, body)
+            except RecordError as exc:  # told when its answer is awaited, as an unreachable upstream
+                return Exchange(self.upstream, ("", "", 0), b"", False, UpstreamError(str(exc)))
+        return self.upstream.start(request.method, url, headers, body)
 
     async def forward(self, request: web.Request, url: str, body: bytes, dialect: Dialect | None,
                       target: Target | None, exchange: Exchange | None = None) -> web.StreamResponse:
@@ -122,7 +130,7 @@ class Forwarder:
         as the upstream answers; `target` None: pass it on and record nothing (a request no dialect
         reads, `GET /v1/models`, ...)."""
         if exchange is None:
-            exchange = self.start(request, url, body)
+            exchange = self.start(request, url, body, dialect)
         try:  # closed whatever happens: a connection read to its end goes back to the pool, any other is dropped
             return await self._answer(request, exchange, url, dialect, target)
         finally:
@@ -138,9 +146,10 @@ class Forwarder:
             log.warning("mockllm record: %s", message)
             if target is not None:
                 self._failed(target.caller, 502, message)
-            error = (dialect or DEFAULT).error_body(f"mockllm record: {message}", "upstream_unreachable", 502)
+            shape = dialect or DEFAULT
+            error = shape.error_body(f"mockllm record: {message}", "upstream_unreachable", 502)
             return web.Response(status=502, body=error, content_type="application/json",
-                                headers={"x-should-retry": "false"})
+                                headers={"x-should-retry": "false", **(shape.error_headers(error) or {})})
         if dialect is None or target is None:
             return await _relay(request, upstream)
         if upstream.status >= 400:
@@ -336,10 +345,14 @@ def _media_type(content_type: str) -> str:
 def _failure(status: int, body: bytes) -> Failed:
     """An error answer's message and code, from `{"error":{"message","code"|"type"}}` (OpenAI,
     Anthropic), `{"error":{"code":404,"message","status":"NOT_FOUND"}}` (Gemini: its status name is
-    the code) or `{"error":"message"}` (Ollama: no code)."""
+    the code), `{"error":"message"}` (Ollama: no code) or `{"message"}` (Bedrock: its type, in a
+    header, is not kept; replay names it again by status)."""
     error: Any = None
     with contextlib.suppress(msgspec.DecodeError, AttributeError):
-        error = msgspec.json.decode(body).get("error")
+        whole = msgspec.json.decode(body)
+        error = whole.get("error")
+        if error is None and isinstance(whole.get("message"), str):
+            error = {"message": whole["message"], "code": whole.get("__type")}
     if isinstance(error, str) and error:
         return Failed(status, error, f"HTTP_{status}")
     if not isinstance(error, dict):

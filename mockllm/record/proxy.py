@@ -86,7 +86,7 @@ class Recorder:
             body = await request.read()
         url = url or self.upstream_url(request.path_qs)
         if exchange is None:  # sent now on an idle connection: decoding and routing overlap the upstream's work
-            exchange = self.forwarder.start(request, url, body)
+            exchange = self.forwarder.start(request, url, body, dialect)
         if dialect is not None and neutral is None:
             try:
                 neutral = dialect.decode_routed(body, request.match_info)

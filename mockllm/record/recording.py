@@ -60,7 +60,7 @@ from mockllm.wire.request import Request
 ANTHROPIC = next(d for d in DIALECTS if d.name == "anthropic")  # count_tokens is Anthropic's
 # Which `--upstream PROVIDER=URL` a dialect's calls go to; any other dialect speaks OpenAI's.
 DIALECT_PROVIDERS = {"chat": "openai", "responses": "openai", "anthropic": "anthropic", "gemini": "gemini",
-                     "ollama": "ollama"}
+                     "ollama": "ollama", "bedrock": "bedrock"}
 
 
 class Upstreams:
@@ -133,7 +133,7 @@ class RunRecording(ABC):
     def send_early(self, request: web.Request, path: str, body: bytes, dialect: Dialect) -> Exchange | None:
         """Begin forwarding a call before it is routed (`path` as for `call`); None: no upstream for it."""
         url = self._url(dialect, path)
-        return self.forwarder.start(request, url, body) if url is not None else None
+        return self.forwarder.start(request, url, body, dialect) if url is not None else None
 
     async def call(self, request: web.Request, path: str, body: bytes, dialect: Dialect, neutral: Request,
                    live: Live, early: Exchange | None = None) -> web.StreamResponse:
@@ -327,8 +327,9 @@ def no_upstream(dialect: Dialect) -> str:
 
 
 def _no_upstream_response(dialect: Dialect) -> web.Response:
-    return web.Response(status=502, body=dialect.error_body(no_upstream(dialect), "no_upstream", 502),
-                        content_type="application/json", headers={"x-should-retry": "false"})
+    body = dialect.error_body(no_upstream(dialect), "no_upstream", 502)
+    return web.Response(status=502, body=body, content_type="application/json",
+                        headers={"x-should-retry": "false", **(dialect.error_headers(body) or {})})
 
 
 def stamp(folder: Path, mode: str, hosts: list[str]) -> None:

@@ -212,6 +212,7 @@ COUNT_TOKENS = "/messages/count_tokens"  # beside Anthropic's model route, under
 ANTHROPIC = next(d for d in DIALECTS if d.name == "anthropic")
 _UNDER_BASE = re.compile(rf"^(/scenarios/{NAME}/v1|/runs/[^/]+/v1|/v1)(/.*)?$")
 _UNDER_ROOT = re.compile(rf"^(/scenarios/{NAME}|/runs/[^/]+)?(/.*)$")
+_PATTERN = re.compile(r"\{(\w+):[^{}]*\}")  # a route parameter's regex (aiohttp's `{name:regex}`)
 
 
 def _is_websocket(request: web.Request) -> bool:
@@ -258,6 +259,7 @@ async def _unknown_path(request: web.Request) -> web.Response:
                         *(f"POST {root}{r}" for _, r in routes if r not in fixed),
                         *(f"{i.method} {root}{i.path}" for d in DIALECTS for i in d.info_routes),
                         *(f"POST {root}{r}" for api in EMBEDDINGS_APIS for r in api.routes)])
+    served = _PATTERN.sub(r"{\1}", served)  # `{modelId:.+}` is `{modelId}` to a reader
     message = f"no endpoint at {request.path}; under {base} mockllm serves {served}"
     if rest.startswith("/v1/"):
         message += (f". A client that adds /v1 itself (the Anthropic SDK) takes the base without it: "

@@ -16,5 +16,6 @@ def mock_error(status: int, code: str, message: str, headers: dict[str, str] | N
     fail at once instead of retrying into a deterministic error.
 
     Errors outside any model route (admin, unknown paths) take the OpenAI shape."""
-    return web.Response(status=status, body=dialect.error_body(message, code, status),
-                        content_type="application/json", headers={**NO_RETRY, **(headers or {})})
+    body = dialect.error_body(message, code, status)
+    return web.Response(status=status, body=body, content_type="application/json",
+                        headers={**NO_RETRY, **(dialect.error_headers(body) or {}), **(headers or {})})

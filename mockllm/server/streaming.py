@@ -134,8 +134,10 @@ class OutcomeWriter:
         if isinstance(outcome, Whole):
             if outcome.delay:
                 await self.pacer.sleep(outcome.delay)
+            extra = dialect.error_headers(outcome.body) if outcome.status != 200 else None
+            # an error: some dialects name its type in a header too (Bedrock's x-amzn-errortype)
             return web.Response(status=outcome.status, body=outcome.body, content_type="application/json",
-                                headers=outcome.headers)
+                                headers={**(outcome.headers or {}), **extra} if extra else outcome.headers)
         if isinstance(outcome, Refusal):
             return mock_error(outcome.status, outcome.code, outcome.message, dialect=dialect)
         assert isinstance(outcome, Hold)

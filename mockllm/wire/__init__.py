@@ -8,13 +8,14 @@ once, then walked into one dialect's events), `reply` (the Reply the server writ
 framing and event templates), `envelope` (what every event of a reply repeats). Each dialect is
 one folder, `<name>/` with `dialect` (its events and error bodies), `request` (its requests read)
 and `stream` (a live stream decoded back, for record mode): chat (OpenAI chat completions),
-anthropic (Anthropic Messages), responses (OpenAI Responses), gemini, ollama. A new dialect copies
-one folder and adds one line here.
+anthropic (Anthropic Messages), responses (OpenAI Responses), gemini, ollama, bedrock (Amazon
+Bedrock Converse). A new dialect copies one folder and adds one line here.
 """
 
 from __future__ import annotations
 
 from mockllm.wire.anthropic import AnthropicMessages
+from mockllm.wire.bedrock import BedrockConverse
 from mockllm.wire.chat import ChatCompletions, models_body
 from mockllm.wire.dialect import Dialect
 from mockllm.wire.gemini import Gemini
@@ -26,7 +27,7 @@ CHAT = ChatCompletions()
 DEFAULT: Dialect = CHAT
 
 # Served under every base root (`/`, `/scenarios/{name}`, `/runs/{run}`), in this order.
-DIALECTS: tuple[Dialect, ...] = (CHAT, AnthropicMessages(), Responses(), Gemini(), Ollama())
+DIALECTS: tuple[Dialect, ...] = (CHAT, AnthropicMessages(), Responses(), Gemini(), Ollama(), BedrockConverse())
 
 
 

@@ -214,6 +214,18 @@ class Dialect(ABC):
         frames begin (by default none: every event is a frame)."""
         return None, len(events)
 
+    def error_headers(self, body: bytes) -> Mapping[str, str] | None:
+        """Headers an error answer with `body` carries besides its body (Bedrock names its error
+        type in `x-amzn-errortype`, where botocore reads it); None for most dialects."""
+        return None
+
+    def upstream_request(self, method: str, url: str, headers: list[tuple[bytes, bytes]],
+                         body: bytes) -> tuple[str, list[tuple[bytes, bytes]]]:
+        """A live call as it goes upstream (record mode): its URL and the client's headers (hop-by-hop
+        ones left out); as they are by default. Bedrock signs the call again for the upstream (the
+        client signed it for mockllm's host). Raises RecordError when it cannot be sent."""
+        return url, headers
+
     def reply_of(self, reply_id: str) -> tuple[int, int] | None:
         """The (script, call) an earlier reply id was rendered for, when this dialect's ids say so."""
         return None

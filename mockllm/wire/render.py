@@ -149,6 +149,9 @@ class CallRender(ABC):
     _hooks: ClassVar[dict[type, Callable[[Any, Any], None] | None]]
     # How each of the dialect's events ends: where its joined frames split into events again.
     event_end: ClassVar[bytes] = SSE_END
+    # How its frames are held and split again: by `event_end`, or by their own lengths (Bedrock's
+    # binary event stream has no delimiter).
+    frames_type: ClassVar[type[Frames]] = Frames
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -159,7 +162,7 @@ class CallRender(ABC):
 
     def __init__(self, envelope: Envelope, reading: Reading) -> None:
         self.envelope = envelope
-        self.frames = frames = Frames(self.event_end)
+        self.frames = frames = self.frames_type(self.event_end)
         self.finish = reading.finish
         self.usage = reading.usage
         self.ended = reading.ended
