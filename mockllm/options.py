@@ -317,6 +317,12 @@ class RunSettings:
         object.__setattr__(self, "masks", masks_for(check_patterns(self.ignore_input), self.normalize))
 
     @property
+    def loose_reminders(self) -> bool:
+        """Whether `<system-reminder>` blocks a harness adds to tool results are left out of comparisons
+        (`normalize.without_reminders`): by default yes, never under `strict` or `normalize` off."""
+        return self.normalize and not self.strict
+
+    @property
     def gap_ms(self) -> float | None:
         """A fixed pace's gap per event, or None for burst and recorded."""
         return None if self.pace in PACES else float(self.pace)

@@ -242,7 +242,7 @@ async def test_without_bind_content_children_started_in_reverse_swap_scripts(ser
         "the last user message", "the last user message"]
 
 
-async def test_bind_content_with_no_match_binds_in_order_and_reports_it(serve):
+async def test_bind_content_with_no_match_binds_to_the_closest_and_reports_it(serve):
     corpus_or_skip()
     server = await serve(MULTI)
     run, base = await new_run(server.base_url, "acp-agent--subagent-multi", bind="content")
@@ -251,7 +251,7 @@ async def test_bind_content_with_no_match_binds_in_order_and_reports_it(serve):
     [divergence] = state["divergences"]
     assert divergence["kind"] == "input" and divergence["session"] == "session.jsonl"
     [notice] = state["notices"]
-    assert notice["kind"] == "bound_by_arrival" and "no unbound session's first recorded call" in notice["message"]
+    assert notice["kind"] == "bound_to_closest" and "no unbound recorded session's first request" in notice["message"]
     _, strict_base = await new_run(server.base_url, "acp-agent--subagent-multi", bind="content", strict=True)
     with pytest.raises(openai.ConflictError):
         await ask(strict_base, "stranger", [{"role": "user", "content": "Something never recorded."}])

@@ -1,29 +1,100 @@
 """Binding: which recorded session's script a live session replays.
 
-A live session (named by a request header, or found by its conversation) binds on its first call:
-to the script with the same recorded id if there is one; else, under `--bind content` (the
-default), to the first unbound script whose recorded first inputs match its request, so
-concurrent subagents bind right whatever order they start in; else to the next unbound script in
-script order (first-call order, as dsh binds), and the run's report notes that it was bound by
-arrival for want of a match. Each binding then has its own cursor.
+A live session (named by a request header, or found by its conversation) binds on its first call,
+to an unbound script (one no live session holds yet) with recorded calls:
 
-Twins, scripts whose first inputs are equal (specialists asked the same question, differing by
-their instructions: openai-agents' agents-as-tools translators), are told apart by the system
-prompt their log names (`request/header`, as the recorder writes it): the first twin whose
-recorded system prompt matches the request's, masked as inputs are, wins. Twins with no recorded
-prompt, or none that matches, bind among themselves in script order: the order their first calls
-were recorded.
+1. the script with the same recorded id, if there is one;
+2. under `--bind order`: the next one in script order (first-call order, as dsh binds);
+3. under `--bind content` (the default): the one whose recorded first request is closest to the
+   live session's first request, so concurrent subagents bind right whatever order they start in.
+
+Closest is decided on three parts of the first request, each a number from 0 to 1:
+
+- the first inputs (its user messages and tool results, `divergence.live_inputs`): 1 when they
+  match as a divergence check compares them (masked, reminders as `--strict` says), else the share
+  of words the two texts have in common;
+- the system prompt (`request/header`, as the recorder writes it; a chat `developer` message is
+  one): 1 when equal (masked), else the share of words in common; 0 when one side has none;
+- the offered tools (their names, as the header names them): shared names over all names; 1 when
+  neither offers tools; 0 when only one side names them.
+
+The share of words in common counts words with their repeats: twice the words both texts have,
+over the words of both (difflib's `quick_ratio`, on words). It is cheap (one pass, linear in the
+texts) and it does not depend on the order of the words.
+
+A script whose first inputs match comes before any whose do not; then the highest sum of the
+three numbers wins; a tie goes to script order (the order the sessions' first calls were
+recorded). The rule looks at nothing but the live request and the unbound scripts, so which
+script a session gets does not depend on when its siblings arrive, as long as it is not closer to
+a sibling's recording than to its own (a sibling that arrives first binds to its own recording,
+exactly; one that arrives later finds it taken).
+
+Notices say what the rule could not settle (`Notice`, in the report): `bound_by_arrival` when
+twins (scripts whose first requests are alike in every part their logs name) were told apart by
+script order only, `bound_to_closest` when the script bound matches the live request in some part
+only (which parts, how alike). A first-inputs mismatch is also the session's first divergence.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from mockllm.options import RunSettings
 from mockllm.replay.divergence import Comparison, compare, live_inputs, same_text
-from mockllm.scenario.load import Scenario
+from mockllm.replay.normalize import masked
+from mockllm.scenario.load import Scenario, SessionScript
+from mockllm.script.inputs import Input
+from mockllm.script.templates import CWD
 from mockllm.wire.request import Request, system_text
+
+_WORD = re.compile(r"\w+")
+
+
+class Chosen(NamedTuple):
+    """The script a new live session binds to (None: every script with entries is bound), and what
+    the run's report notes about how (a notice's kind and words), if anything."""
+
+    script: int | None
+    notice: tuple[str, str] | None = None
+
+
+class _Closeness(NamedTuple):
+    """How alike a script's recorded first request is to the live one (see the module's rule)."""
+
+    inputs_match: bool
+    inputs: float
+    system: float
+    tools: float
+
+    @property
+    def key(self) -> tuple[bool, float]:
+        return self.inputs_match, self.inputs + self.system + self.tools
+
+    @property
+    def exact(self) -> bool:
+        return self.inputs_match and self.system == 1.0 and self.tools == 1.0
+
+
+def word_share(a: str, b: str) -> float:
+    """The share of words two texts have in common, counted with their repeats: 2 x common / total
+    (1.0 for equal texts, and for two texts with no words)."""
+    if a == b:
+        return 1.0
+    words_a, words_b = Counter(_WORD.findall(a)), Counter(_WORD.findall(b))
+    total = sum(words_a.values()) + sum(words_b.values())
+    return 2 * sum((words_a & words_b).values()) / total if total else 1.0
+
+
+def tools_share(recorded: frozenset[str] | None, live: frozenset[str] | None) -> float:
+    """Shared tool names over all names; 1.0 when neither side offers tools, 0.0 when one only does."""
+    if recorded is None or live is None:
+        return 1.0 if recorded is live else 0.0
+    names = recorded | live
+    return len(recorded & live) / len(names) if names else 1.0
 
 
 @dataclass(slots=True)
@@ -66,40 +137,65 @@ class Bindings:
         binding = self.by_live_id.get(live_id)
         return self.scenario.sessions[binding.script].file if binding is not None else None
 
-    def choose(self, live_id: str, request: Request | None, settings: RunSettings) -> tuple[int | None, bool]:
-        """The script a new live session binds to (None: every script with entries is bound), and
-        whether content binding found no match and fell back to first-call order."""
+    def choose(self, live_id: str, request: Request | None, settings: RunSettings) -> Chosen:
+        """The script a new live session binds to (see the module's rule), and what to note about it."""
         sessions = self.scenario.sessions
         chosen = next((i for i, s in enumerate(sessions) if s.id == live_id and i not in self._by_script), None)
         if chosen is not None:
-            return chosen, False
+            return Chosen(chosen)
         # Sessions recorded with no model calls never call, so they take no place in first-call order.
-        first = next((i for i, s in enumerate(sessions) if i not in self._by_script and s.entries), None)
-        if settings.bind != "content" or request is None or first is None:
-            return first, False
-        chosen = self._by_content(request, first, settings)
-        return (first, True) if chosen is None else (chosen, False)
+        free = [i for i, s in enumerate(sessions) if i not in self._by_script and s.entries]
+        if settings.bind != "content" or request is None or not free:
+            return Chosen(free[0] if free else None)
+        return self._closest(request, free, settings)
 
-    def _by_content(self, request: Request, first: int, settings: RunSettings) -> int | None:
-        """The unbound script from `first` on whose first recorded inputs match the request's: the
-        first of them, or among twins the first whose recorded system prompt matches too."""
+    def _closest(self, request: Request, free: list[int], settings: RunSettings) -> Chosen:
         sessions = self.scenario.sessions
         live = live_inputs(request.tail)
-        matches = []
-        for i in range(first, len(sessions)):
-            recorded = sessions[i].inputs[0] if sessions[i].inputs else None
-            how = Comparison(settings.masks, settings.cwd, self.scenario.model_ids(i))
-            if (i not in self._by_script and sessions[i].entries and recorded
-                    and compare(recorded.items, live, how) is None):
-                matches.append(i)
-        if len(matches) > 1 and any(sessions[i].system is not None for i in matches):
-            system = system_text(request.messages)
-            how = Comparison(settings.masks, settings.cwd)
-            for i in matches:
-                recorded_system = sessions[i].system
-                if system is not None and recorded_system is not None and same_text(recorded_system, system, how):
-                    return i
-        return matches[0] if matches else None
+        system = system_text(request.messages)
+        tools = request.offered_tools
+        # Inputs first: the cheap check, which nearly always settles it (one script's match).
+        matched = [i for i in free if self._inputs_match(i, live, settings)]
+        how = Comparison(settings.masks, settings.cwd, loose_reminders=settings.loose_reminders)
+        scored: dict[int, _Closeness] = {}
+        for i in matched or free:
+            session = sessions[i]
+            same_system = (session.system is None and system is None) or (
+                session.system is not None and system is not None and same_text(session.system, system, how))
+            scored[i] = _Closeness(
+                i in matched,
+                1.0 if i in matched else word_share(self._masked_inputs(session, settings), _joined(live, settings)),
+                1.0 if same_system else _system_share(session.system, system, settings),
+                tools_share(session.tools, tools))
+            if len(matched) == 1:
+                break  # the only one whose inputs match: nothing else can come before it
+        best = max(scored, key=lambda i: (scored[i].key, -i))
+        closeness = scored[best]
+        alike = [i for i, c in scored.items() if i != best and c.key == closeness.key]
+        if alike and closeness.exact:
+            files = ", ".join(sessions[i].file for i in alike)
+            return Chosen(best, ("bound_by_arrival", (
+                f"twins: {files} also start with this first request (first inputs, system prompt and offered tools "
+                "alike, as far as their logs name them): bound in recorded order, the order their first calls "
+                "were recorded")))
+        if closeness.exact:
+            return Chosen(best)
+        return Chosen(best, ("bound_to_closest", _how_alike(closeness, sessions[best], system, tools)
+                             + (f"; {len(alike)} other unbound session(s) were as close: bound in recorded order"
+                                if alike else "")))
+
+    def _inputs_match(self, script: int, live: list[Input], settings: RunSettings) -> bool:
+        session = self.scenario.sessions[script]
+        recorded = session.inputs[0] if session.inputs else None
+        how = Comparison(settings.masks, settings.cwd, self.scenario.model_ids(script),
+                         loose_reminders=settings.loose_reminders)
+        return bool(recorded) and recorded is not None and compare(recorded.items, live, how) is None
+
+    @staticmethod
+    def _masked_inputs(session: SessionScript, settings: RunSettings) -> str:
+        recorded = session.inputs[0] if session.inputs else None
+        text = _joined(recorded.items, settings) if recorded else ""
+        return text.replace(CWD, settings.cwd) if settings.cwd is not None else text
 
     def continued(self, reply: tuple[int, int] | None) -> Binding | None:
         """The session a request continuing reply (script, call) belongs to, if it is a step of its chain.
@@ -127,3 +223,36 @@ class Bindings:
             for i, s in enumerate(self.scenario.sessions)
             if s.entries
         )
+
+
+def _joined(inputs: Sequence[Input], settings: RunSettings) -> str:
+    return masked("\n".join(i.text for i in inputs), settings.masks)
+
+
+def _system_share(recorded: str | None, live: str | None, settings: RunSettings) -> float:
+    if recorded is None or live is None:
+        return 0.0
+    if settings.cwd is not None:
+        recorded = recorded.replace(CWD, settings.cwd)
+    return word_share(masked(recorded, settings.masks), masked(live, settings.masks))
+
+
+def _how_alike(closeness: _Closeness, session: SessionScript, system: str | None,
+               tools: frozenset[str] | None) -> str:
+    """Which parts of the live first request differ from the closest recording's, and how alike they are."""
+    parts = []
+    if not closeness.inputs_match:
+        parts.append(f"first inputs {closeness.inputs:.0%} alike (words in common)")
+    if closeness.system < 1.0:
+        parts.append("system prompt " + (f"{closeness.system:.0%} alike" if session.system and system
+                                         else "named on one side only"))
+    if closeness.tools < 1.0:
+        if session.tools is not None and tools is not None:
+            missing, extra = sorted(session.tools - tools), sorted(tools - session.tools)
+            parts.append("offered tools differ" + (f" (not offered: {', '.join(missing)})" if missing else "")
+                         + (f" (not recorded: {', '.join(extra)})" if extra else ""))
+        else:
+            parts.append("offered tools named on one side only")
+    lead = ("its first inputs match, but not all of its first request: " if closeness.inputs_match
+            else "no unbound recorded session's first request matches its own: bound to the closest, ")
+    return lead + "; ".join(parts)

@@ -77,7 +77,7 @@ class Run:
     recording: bool = False  # records from scratch: every call goes to the upstream (once, rewrite)
     episodes: bool = False  # new_episodes: what the recording cannot serve goes to the upstream
     went_live: LiveSessions = field(init=False)
-    _framework_noted: set[int] = field(default_factory=set)
+    _noted: set[tuple[str, int]] = field(default_factory=set)  # (notice kind, script) already noted
     _bindings: Bindings = field(init=False)
     _faults: FaultPlan = field(init=False)
     _pending: list[tuple[Assignment, Request, CallRecord]] = field(default_factory=list)  # answered, not compared
@@ -244,7 +244,7 @@ class Run:
                 session = self.scenario.sessions[binding.script]
                 return Assignment(binding.script, call, session, live_id, retry=True)
         if binding is None:
-            script, by_arrival = self._bindings.choose(live_id, request, self.settings)
+            script, noted = self._bindings.choose(live_id, request, self.settings)
             if script is None:
                 why = advice.unrecorded(self.id, self.scenario, self._bindings, live_id, request, self._conversations,
                                         self.default and self.consumed,
@@ -253,11 +253,8 @@ class Run:
                     return self.went_live.go(live_id, None, 0, "unrecorded_session", why)
                 raise self.fail(ReplayFailure(404, "unrecorded_session", why, live_id, 0))
             cursor = 0
-            if by_arrival:
-                self.notices.append(Notice(
-                    "bound_by_arrival", self.scenario.sessions[script].file, live_id, 0,
-                    "no unbound session's first recorded call matches its first request: bound in first-call "
-                    "order"))
+            if noted is not None:
+                self.notices.append(Notice(noted[0], self.scenario.sessions[script].file, live_id, 0, noted[1]))
         else:
             script, cursor = binding.script, binding.cursor
         session = self.scenario.sessions[script]
@@ -349,13 +346,21 @@ class Run:
         Described in full only when it will be reported (the session's first, or a refusal under
         strict): otherwise expected, got and diff stay empty."""
         describe = script not in self.divergences or self.settings.strict
-        divergence, framework = diverged(self.scenario, self.settings, script, call, live_id, request, describe)
-        if framework and script not in self._framework_noted:
-            self._framework_noted.add(script)
+        divergence, framework, reminders = diverged(self.scenario, self.settings, script, call, live_id, request,
+                                                    describe)
+        if framework and ("framework_ids", script) not in self._noted:
+            self._noted.add(("framework_ids", script))
             self.notices.append(Notice(
                 "framework_ids", self.scenario.sessions[script].file, live_id, call,
                 "tool results for calls the recorded model never made (a framework's own) were matched by "
                 "position among themselves, their ids ignored"))
+        if reminders and ("reminder_ignored", script) not in self._noted:
+            self._noted.add(("reminder_ignored", script))
+            self.notices.append(Notice(
+                "reminder_ignored", self.scenario.sessions[script].file, live_id, call,
+                "a tool result agreed with the recording only without its <system-reminder> block(s), a note the "
+                "agent's harness adds when it decides to; left out of the comparison (--strict compares them "
+                "too)"))
         return divergence
 
     def _note_pacing(self, file: str, call: int, served: str, why: str) -> None:
