@@ -88,8 +88,11 @@ class FaultServed(msgspec.Struct, frozen=True):
 
 
 class Notice(msgspec.Struct, frozen=True):
-    """Worth knowing, and fails nothing: a session bound by arrival for want of a match
-    (`bound_by_arrival`), framework-made tool-call ids matched by position (`framework_ids`)."""
+    """Worth knowing, and fails nothing: twins told apart by recorded order only (`bound_by_arrival`),
+    a session bound to the closest recording for want of a match in every part (`bound_to_closest`),
+    framework-made tool-call ids matched by position (`framework_ids`), a tool result that agreed
+    only without a `<system-reminder>` block (`reminder_ignored`), a recorded tool call cut
+    mid-arguments rendered with empty arguments (`cut_tool_call`). `call` is 0-based."""
 
     kind: str
     session: str  # the recorded session file

@@ -47,6 +47,7 @@ from mockllm.scenario.load import Scenario
 from mockllm.script.entries import HangEntry
 from mockllm.wire.dialect import Dialect
 from mockllm.wire.request import Request
+from mockllm.wire.whole_calls import cut_calls
 
 log = logging.getLogger("mockllm")
 
@@ -77,7 +78,8 @@ class Run:
     recording: bool = False  # records from scratch: every call goes to the upstream (once, rewrite)
     episodes: bool = False  # new_episodes: what the recording cannot serve goes to the upstream
     went_live: LiveSessions = field(init=False)
-    _noted: set[tuple[str, int]] = field(default_factory=set)  # (notice kind, script) already noted
+    # (notice kind, script, call) already noted; call -1 for a notice made once per session.
+    _noted: set[tuple[str, int, int]] = field(default_factory=set)
     _bindings: Bindings = field(init=False)
     _faults: FaultPlan = field(init=False)
     _pending: list[tuple[Assignment, Request, CallRecord]] = field(default_factory=list)  # answered, not compared
@@ -170,6 +172,8 @@ class Run:
             record.status, record.error = 422, unmatched.code
             return Refusal(record, 422, unmatched.code, unmatched.message)
         record.status = reply.status
+        if dialect.whole_calls and side is None:
+            self._note_cut_calls(script, index, live_id)
         delay = (fault.delay_ms or 0) / 1000 if fault is not None else 0.0
         if reply.status != 200:
             # A replayed provider error: exactly as the provider sent it, so an SDK may retry as it did.
@@ -348,20 +352,33 @@ class Run:
         describe = script not in self.divergences or self.settings.strict
         divergence, framework, reminders = diverged(self.scenario, self.settings, script, call, live_id, request,
                                                     describe)
-        if framework and ("framework_ids", script) not in self._noted:
-            self._noted.add(("framework_ids", script))
+        if framework and ("framework_ids", script, -1) not in self._noted:
+            self._noted.add(("framework_ids", script, -1))
             self.notices.append(Notice(
                 "framework_ids", self.scenario.sessions[script].file, live_id, call,
                 "tool results for calls the recorded model never made (a framework's own) were matched by "
                 "position among themselves, their ids ignored"))
-        if reminders and ("reminder_ignored", script) not in self._noted:
-            self._noted.add(("reminder_ignored", script))
+        if reminders and ("reminder_ignored", script, -1) not in self._noted:
+            self._noted.add(("reminder_ignored", script, -1))
             self.notices.append(Notice(
                 "reminder_ignored", self.scenario.sessions[script].file, live_id, call,
                 "a tool result agreed with the recording only without its <system-reminder> block(s), a note the "
                 "agent's harness adds when it decides to; left out of the comparison (--strict compares them "
                 "too)"))
         return divergence
+
+    def _note_cut_calls(self, script: int, call: int, live_id: str) -> None:
+        """Note once per run and call a recorded tool call cut mid-arguments, sent with `{}` by a wire
+        that carries arguments as an object (`whole_calls`)."""
+        if ("cut_tool_call", script, call) in self._noted:
+            return
+        self._noted.add(("cut_tool_call", script, call))
+        cut = cut_calls(self.scenario.sessions[script].entries[call])
+        if cut:
+            self.notices.append(Notice(
+                "cut_tool_call", self.scenario.sessions[script].file, live_id, call,
+                f"tool call(s) {', '.join(cut)} recorded cut mid-arguments (not a JSON object; max tokens, most "
+                "often): sent with empty arguments {}, the only form this dialect's clients accept"))
 
     def _note_pacing(self, file: str, call: int, served: str, why: str) -> None:
         """Say once per run and call how pacing served it; the log says it once per run and file."""
