@@ -133,7 +133,7 @@ async def test_under_strict_a_diverged_call_is_409_and_the_cursor_stays(serve, f
     assert caught.value.body["code"] == "request_diverged"
     assert caught.value.response.headers["x-should-retry"] == "false"
     message = caught.value.message
-    assert f"session {file} (live id {session.id}) call {call + 1} diverged from the recording at the last " \
+    assert f"session {file} (live id {session.id}) call {call} (0-based) diverged from the recording at the last " \
            "user message" in message
     assert "got 'Something else.'" in message
     # The refused call took nothing: the right request now gets that same call.

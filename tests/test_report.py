@@ -86,8 +86,9 @@ def test_the_failing_words_are_the_same_on_both_sides(tree: Path) -> None:
 
     assert report.describe() == built.describe()
     assert report.problems() == [
-        "unconsumed: session session.jsonl (primary, recorded id p) served call 1; calls 2-3 of 3 not requested",
-        "unconsumed: session session.1.jsonl (fork, recorded id c) never called; call 1 of 1 not requested",
+        "unconsumed: session session.jsonl (primary, recorded id p) served call 0 (0-based); calls 1-2 (0-based) of 3 "
+        "not requested",
+        "unconsumed: session session.1.jsonl (fork, recorded id c) never called; call 0 (0-based) of 1 not requested",
         "unconsumed: side route 'title' (title.json) served 0 of 1",
     ]
     with pytest.raises(RunNotClean) as caught:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
+from mockllm.numbering import call_name
 from mockllm.options import RunSettings
 from mockllm.replay.normalize import REMINDER_TAG, Mask, masked, without_reminders
 from mockllm.scenario.load import Scenario
@@ -45,8 +46,8 @@ class Divergence(NamedTuple):
     diff: str
 
     def message(self, run: str) -> str:
-        return (f"run {run}: session {self.file} (live id {self.live_id}) call {self.call + 1} diverged from the "
-                f"recording at {self.what}: expected {self.expected!r}, got {self.got!r}"
+        return (f"run {run}: session {self.file} (live id {self.live_id}) {call_name(self.call)} diverged from "
+                f"the recording at {self.what}: expected {self.expected!r}, got {self.got!r}"
                 + (f"; diff: {self.diff}" if self.diff else ""))
 
 

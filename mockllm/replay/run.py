@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from mockllm.errors import ReplayFailure, TemplateError
+from mockllm.numbering import call_name
 from mockllm.options import Headerless, RunSettings
 from mockllm.replay import advice
 from mockllm.replay.binding import Binding, Bindings
@@ -162,13 +163,13 @@ class Run:
             if fault.status is not None:
                 record.status = fault.status
                 return Whole(record, fault.status, dialect.error_body(
-                    f"mockllm fault: {record.fault} at {file} call {index + 1}", None, fault.status),
+                    f"mockllm fault: {record.fault} at {file} {call_name(index)}", None, fault.status),
                     fault_headers(fault), (fault.delay_ms or 0) / 1000)
         try:
             reply = self.catalog.reply(dialect, script, index, request, self.cwd)
         except TemplateError as exc:
             unmatched = self.fail(ReplayFailure(
-                422, "from_request_unmatched", f"run {self.id}: {file} call {index + 1}: {exc}", live_id, index))
+                422, "from_request_unmatched", f"run {self.id}: {file} {call_name(index)}: {exc}", live_id, index))
             record.status, record.error = 422, unmatched.code
             return Refusal(record, 422, unmatched.code, unmatched.message)
         record.status = reply.status
@@ -386,7 +387,7 @@ class Run:
         if key in self.pacing:
             return
         if not any(f == file for f, _ in self.pacing):
-            log.warning("run %s: %s call %d: %s", self.id, file, call + 1, why)
+            log.warning("run %s: %s %s: %s", self.id, file, call_name(call), why)
         self.pacing[key] = PacingNote(file, call, served, why)
 
     def fail(self, failure: ReplayFailure) -> ReplayFailure:

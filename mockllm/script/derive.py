@@ -270,7 +270,7 @@ def calls_to_entries(calls: list[RecordedCall], log: SessionLog, replaced: set[i
             last = type(call.chunks[-1]).__name__ if call.chunks else "nothing"
             raise RecordingError(
                 log.path, call.line,
-                f"the model call of {call.where} (call {number}) has no final finish chunk "
+                f"the model call of {call.where} (call {number}, 0-based) has no final finish chunk "
                 f"(it ends with {last}); re-record it, or replace it in {SIDECAR_FILE}",
             )
     return [ChunksEntry(call.chunks) for call in calls]
