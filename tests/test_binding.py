@@ -184,3 +184,13 @@ async def test_recorded_twins_differing_by_tools_replay_to_their_own_calls_in_an
                 await run.assert_consumed()
                 report = await run.end()
                 assert not report.notices, report.describe()
+
+
+def test_a_recording_that_names_no_prompt_or_tools_binds_by_its_inputs_with_no_notice(tmp_path: Path) -> None:
+    # Logs with no request/header (dsh's fixtures, older recordings): unknown parts never make a match inexact.
+    scenario = _tree(tmp_path / "team", {"a": (None, None, "alpha", "A"), "b": (None, None, "beta", "B")})
+    run = Run("r", scenario)
+    assert _ask(run, "lead the team") == "LEAD"
+    assert _ask(run, "beta", "You are whoever.", ["grep"], session="x") == "B"
+    assert _ask(run, "alpha", "You are whoever.", ["grep"], session="y") == "A"
+    assert build_report(run).notices == []

@@ -14,9 +14,13 @@ Closest is decided on three parts of the first request, each a number from 0 to 
   match as a divergence check compares them (masked, reminders as `--strict` says), else the share
   of words the two texts have in common;
 - the system prompt (`request/header`, as the recorder writes it; a chat `developer` message is
-  one): 1 when equal (masked), else the share of words in common; 0 when one side has none;
-- the offered tools (their names, as the header names them): shared names over all names; 1 when
-  neither offers tools; 0 when only one side names them.
+  one): 1 when equal (masked), else the share of words in common; 0 when the live request has none;
+- the offered tools (their names, as the header names them): shared names over all names; 0 when
+  the live request offers none.
+
+A part the recording does not name (a log with no `request/header`, dsh's `{{system}}`
+placeholder, a recording made before the recorder named tools) is unknown: it counts 0.5 and
+never makes a match inexact.
 
 The share of words in common counts words with their repeats: twice the words both texts have,
 over the words of both (difflib's `quick_ratio`, on words). It is cheap (one pass, linear in the
@@ -62,21 +66,29 @@ class Chosen(NamedTuple):
     notice: tuple[str, str] | None = None
 
 
+UNKNOWN = 0.5  # what a part the recording does not name counts
+
+
 class _Closeness(NamedTuple):
-    """How alike a script's recorded first request is to the live one (see the module's rule)."""
+    """How alike a script's recorded first request is to the live one (see the module's rule);
+    a part is None when the recording does not name it."""
 
     inputs_match: bool
     inputs: float
-    system: float
-    tools: float
+    system: float | None
+    tools: float | None
 
     @property
     def key(self) -> tuple[bool, float]:
-        return self.inputs_match, self.inputs + self.system + self.tools
+        return self.inputs_match, self.inputs + _known(self.system) + _known(self.tools)
 
     @property
     def exact(self) -> bool:
-        return self.inputs_match and self.system == 1.0 and self.tools == 1.0
+        return self.inputs_match and self.system in (None, 1.0) and self.tools in (None, 1.0)
+
+
+def _known(part: float | None) -> float:
+    return UNKNOWN if part is None else part
 
 
 def word_share(a: str, b: str) -> float:
@@ -89,10 +101,13 @@ def word_share(a: str, b: str) -> float:
     return 2 * sum((words_a & words_b).values()) / total if total else 1.0
 
 
-def tools_share(recorded: frozenset[str] | None, live: frozenset[str] | None) -> float:
-    """Shared tool names over all names; 1.0 when neither side offers tools, 0.0 when one only does."""
-    if recorded is None or live is None:
-        return 1.0 if recorded is live else 0.0
+def tools_share(recorded: frozenset[str] | None, live: frozenset[str] | None) -> float | None:
+    """Shared tool names over all names (1.0 when both offer none); None when the recording names
+    none (unknown), 0.0 when only the recording does."""
+    if recorded is None:
+        return None
+    if live is None:
+        return 1.0 if not recorded else 0.0
     names = recorded | live
     return len(recorded & live) / len(names) if names else 1.0
 
@@ -156,22 +171,20 @@ class Bindings:
         tools = request.offered_tools
         # Inputs first: the cheap check, which nearly always settles it (one script's match).
         matched = [i for i in free if self._inputs_match(i, live, settings)]
-        how = Comparison(settings.masks, settings.cwd, loose_reminders=settings.loose_reminders)
         scored: dict[int, _Closeness] = {}
         for i in matched or free:
             session = sessions[i]
-            same_system = (session.system is None and system is None) or (
-                session.system is not None and system is not None and same_text(session.system, system, how))
             scored[i] = _Closeness(
                 i in matched,
-                1.0 if i in matched else word_share(self._masked_inputs(session, settings), _joined(live, settings)),
-                1.0 if same_system else _system_share(session.system, system, settings),
+                1.0 if i in matched else word_share(_joined(_recorded_inputs(session), settings),
+                                                    _joined(live, settings)),
+                _system_share(session.system, system, settings),
                 tools_share(session.tools, tools))
             if len(matched) == 1:
                 break  # the only one whose inputs match: nothing else can come before it
         best = max(scored, key=lambda i: (scored[i].key, -i))
         closeness = scored[best]
-        alike = [i for i, c in scored.items() if i != best and c.key == closeness.key]
+        alike = [i for i, c in scored.items() if i != best and c.key == closeness.key and c.exact == closeness.exact]
         if alike and closeness.exact:
             files = ", ".join(sessions[i].file for i in alike)
             return Chosen(best, ("bound_by_arrival", (
@@ -190,12 +203,6 @@ class Bindings:
         how = Comparison(settings.masks, settings.cwd, self.scenario.model_ids(script),
                          loose_reminders=settings.loose_reminders)
         return bool(recorded) and recorded is not None and compare(recorded.items, live, how) is None
-
-    @staticmethod
-    def _masked_inputs(session: SessionScript, settings: RunSettings) -> str:
-        recorded = session.inputs[0] if session.inputs else None
-        text = _joined(recorded.items, settings) if recorded else ""
-        return text.replace(CWD, settings.cwd) if settings.cwd is not None else text
 
     def continued(self, reply: tuple[int, int] | None) -> Binding | None:
         """The session a request continuing reply (script, call) belongs to, if it is a step of its chain.
@@ -225,13 +232,29 @@ class Bindings:
         )
 
 
+def _recorded_inputs(session: SessionScript) -> list[Input]:
+    recorded = session.inputs[0] if session.inputs else None
+    return list(recorded.items) if recorded else []
+
+
 def _joined(inputs: Sequence[Input], settings: RunSettings) -> str:
-    return masked("\n".join(i.text for i in inputs), settings.masks)
+    """Inputs' texts as one, masked (the run's cwd put for `{{cwd}}`, as the recorded side has it)."""
+    text = "\n".join(i.text for i in inputs)
+    if settings.cwd is not None:
+        text = text.replace(CWD, settings.cwd)
+    return masked(text, settings.masks)
 
 
-def _system_share(recorded: str | None, live: str | None, settings: RunSettings) -> float:
-    if recorded is None or live is None:
+def _system_share(recorded: str | None, live: str | None, settings: RunSettings) -> float | None:
+    """1.0 for equal system prompts (masked), else the share of words in common; None when the
+    recording names none (unknown), 0.0 when the live request has none."""
+    if recorded is None:
+        return None
+    if live is None:
         return 0.0
+    how = Comparison(settings.masks, settings.cwd)
+    if same_text(recorded, live, how):
+        return 1.0
     if settings.cwd is not None:
         recorded = recorded.replace(CWD, settings.cwd)
     return word_share(masked(recorded, settings.masks), masked(live, settings.masks))
@@ -243,16 +266,13 @@ def _how_alike(closeness: _Closeness, session: SessionScript, system: str | None
     parts = []
     if not closeness.inputs_match:
         parts.append(f"first inputs {closeness.inputs:.0%} alike (words in common)")
-    if closeness.system < 1.0:
-        parts.append("system prompt " + (f"{closeness.system:.0%} alike" if session.system and system
-                                         else "named on one side only"))
-    if closeness.tools < 1.0:
-        if session.tools is not None and tools is not None:
-            missing, extra = sorted(session.tools - tools), sorted(tools - session.tools)
-            parts.append("offered tools differ" + (f" (not offered: {', '.join(missing)})" if missing else "")
-                         + (f" (not recorded: {', '.join(extra)})" if extra else ""))
-        else:
-            parts.append("offered tools named on one side only")
+    if closeness.system is not None and closeness.system < 1.0:
+        parts.append(f"system prompt {closeness.system:.0%} alike (words in common)" if system is not None
+                     else "no system prompt, where the recording has one")
+    if closeness.tools is not None and closeness.tools < 1.0 and session.tools is not None:
+        missing, extra = sorted(session.tools - (tools or frozenset())), sorted((tools or frozenset()) - session.tools)
+        parts.append("offered tools differ" + (f" (not offered now: {', '.join(missing)})" if missing else "")
+                     + (f" (not recorded: {', '.join(extra)})" if extra else ""))
     lead = ("its first inputs match, but not all of its first request: " if closeness.inputs_match
             else "no unbound recorded session's first request matches its own: bound to the closest, ")
     return lead + "; ".join(parts)
