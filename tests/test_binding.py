@@ -24,6 +24,7 @@ import openai
 import mockllm
 from mockllm.options import RunSettings
 from mockllm.record.command import RecordOptions, start_recorder
+from mockllm.replay.binding import text_share
 from mockllm.replay.report import build_report
 from mockllm.replay.run import Run
 from mockllm.scenario.load import Scenario, load_scenario
@@ -153,7 +154,7 @@ def test_a_session_closer_to_no_recording_still_binds_deterministically(tmp_path
     assert _ask(run, "lead the team") == "LEAD"
     assert _ask(run, "zzz", "Qqq.") == "A"
     [notice] = build_report(run).notices
-    assert notice.kind == "bound_to_closest" and "first inputs 0% alike" in notice.message
+    assert notice.kind == "bound_to_closest" and "first inputs 0% alike" in notice.message, notice.message
 
 
 async def test_recorded_twins_differing_by_tools_replay_to_their_own_calls_in_any_order(tmp_path: Path) -> None:
@@ -194,3 +195,24 @@ def test_a_recording_that_names_no_prompt_or_tools_binds_by_its_inputs_with_no_n
     assert _ask(run, "beta", "You are whoever.", ["grep"], session="x") == "B"
     assert _ask(run, "alpha", "You are whoever.", ["grep"], session="y") == "A"
     assert build_report(run).notices == []
+
+
+def test_an_edit_inside_a_word_still_finds_its_own_recording_whatever_the_order(tmp_path: Path) -> None:
+    # No system prompts, no tools: only the first message tells these subagents apart.
+    words = {"alpha": "ALPHA", "beta": "BETA", "gamma": "GAMMA"}
+    scenario = _tree(tmp_path / "team", {name: (None, None, f"Reply with exactly the word {word} and nothing else.",
+                                                word) for name, word in words.items()})
+    live = {name: {"text": f"Reply with exactly the word {word} and nothing else."} for name, word in words.items()}
+    live["beta"]["text"] = "Reply with exactly the word BETAS and nothing else."
+    outcomes = _replays(scenario, live)
+    assert outcomes[0] == ({"alpha": "ALPHA", "beta": "BETA", "gamma": "GAMMA"},
+                           [("session.2.jsonl", 0, "the last user message")], [("bound_to_closest", "session.2.jsonl")],
+                           1)
+    assert outcomes == [outcomes[0]] * REPLAYS
+
+
+def test_text_share_counts_three_character_pieces() -> None:
+    assert text_share("same", "same") == 1.0
+    assert text_share("abc", "xyz") == 0.0
+    assert text_share("BETAS", "BETA") > text_share("BETAS", "ALPHA")
+    assert text_share("Oslo", "Oslo, in one line") == 4 / 17  # "Osl" and "slo" on both sides, of 2 + 15

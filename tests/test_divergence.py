@@ -249,8 +249,9 @@ async def test_bind_content_with_no_match_binds_to_the_closest_and_reports_it(se
     await ask(base, "stranger", [{"role": "user", "content": "Something never recorded."}])
     state = await run_state(server.base_url, run)
     [divergence] = state["divergences"]
-    assert divergence["kind"] == "input" and divergence["session"] == "session.jsonl"
     [notice] = state["notices"]
+    # Bound to whichever recording's first request is closest; the divergence is reported on it.
+    assert divergence["kind"] == "input" and divergence["session"] == notice["session"]
     assert notice["kind"] == "bound_to_closest" and "no unbound recorded session's first request" in notice["message"]
     _, strict_base = await new_run(server.base_url, "acp-agent--subagent-multi", bind="content", strict=True)
     with pytest.raises(openai.ConflictError):

@@ -11,10 +11,10 @@ to an unbound script (one no live session holds yet) with recorded calls:
 Closest is decided on three parts of the first request, each a number from 0 to 1:
 
 - the first inputs (its user messages and tool results, `divergence.live_inputs`): 1 when they
-  match as a divergence check compares them (masked, reminders as `--strict` says), else the share
-  of words the two texts have in common;
+  match as a divergence check compares them (masked, reminders as `--strict` says), else how much
+  of the two texts is alike;
 - the system prompt (`request/header`, as the recorder writes it; a chat `developer` message is
-  one): 1 when equal (masked), else the share of words in common; 0 when the live request has none;
+  one): 1 when equal (masked), else how much of it is alike; 0 when the live request has none;
 - the offered tools (their names, as the header names them): shared names over all names; 0 when
   the live request offers none.
 
@@ -22,9 +22,11 @@ A part the recording does not name (a log with no `request/header`, dsh's `{{sys
 placeholder, a recording made before the recorder named tools) is unknown: it counts 0.5 and
 never makes a match inexact.
 
-The share of words in common counts words with their repeats: twice the words both texts have,
-over the words of both (difflib's `quick_ratio`, on words). It is cheap (one pass, linear in the
-texts) and it does not depend on the order of the words.
+How much of two texts is alike (`text_share`) is the share of their three-character pieces they
+have in common, counted with repeats: twice the pieces both have, over the pieces of both (the
+Dice coefficient of their character trigrams). An edit inside one word still leaves the rest
+alike (`BETAS` is closer to `BETA` than to `ALPHA`); it costs one pass over each text, and the
+order of the pieces does not count.
 
 A script whose first inputs match comes before any whose do not; then the highest sum of the
 three numbers wins; a tie goes to script order (the order the sessions' first calls were
@@ -41,7 +43,7 @@ only (which parts, how alike). A first-inputs mismatch is also the session's fir
 
 from __future__ import annotations
 
-import re
+import functools
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -55,7 +57,7 @@ from mockllm.script.inputs import Input
 from mockllm.script.templates import CWD
 from mockllm.wire.request import Request, system_text
 
-_WORD = re.compile(r"\w+")
+PIECE = 3  # characters per piece that `text_share` counts
 
 
 class Chosen(NamedTuple):
@@ -91,14 +93,23 @@ def _known(part: float | None) -> float:
     return UNKNOWN if part is None else part
 
 
-def word_share(a: str, b: str) -> float:
-    """The share of words two texts have in common, counted with their repeats: 2 x common / total
-    (1.0 for equal texts, and for two texts with no words)."""
+def text_share(a: str, b: str) -> float:
+    """How much of two texts is alike: twice the three-character pieces both have (with repeats),
+    over the pieces of both; 1.0 for equal texts."""
     if a == b:
         return 1.0
-    words_a, words_b = Counter(_WORD.findall(a)), Counter(_WORD.findall(b))
-    total = sum(words_a.values()) + sum(words_b.values())
-    return 2 * sum((words_a & words_b).values()) / total if total else 1.0
+    pieces_a, pieces_b = _pieces(a), _pieces(b)
+    total = sum(pieces_a.values()) + sum(pieces_b.values())
+    return 2 * sum((pieces_a & pieces_b).values()) / total if total else 1.0
+
+
+# A recording's texts are counted once, whoever is being bound; few are kept (a long system prompt's
+# pieces take a few hundred KB), since only a session that matches no recording exactly needs them.
+@functools.lru_cache(maxsize=16)
+def _pieces(text: str) -> Counter[str]:
+    if len(text) < PIECE:
+        return Counter([text] if text else [])
+    return Counter(text[i:i + PIECE] for i in range(len(text) - PIECE + 1))
 
 
 def tools_share(recorded: frozenset[str] | None, live: frozenset[str] | None) -> float | None:
@@ -176,7 +187,7 @@ class Bindings:
             session = sessions[i]
             scored[i] = _Closeness(
                 i in matched,
-                1.0 if i in matched else word_share(_joined(_recorded_inputs(session), settings),
+                1.0 if i in matched else text_share(_joined(_recorded_inputs(session), settings),
                                                     _joined(live, settings)),
                 _system_share(session.system, system, settings),
                 tools_share(session.tools, tools))
@@ -246,7 +257,7 @@ def _joined(inputs: Sequence[Input], settings: RunSettings) -> str:
 
 
 def _system_share(recorded: str | None, live: str | None, settings: RunSettings) -> float | None:
-    """1.0 for equal system prompts (masked), else the share of words in common; None when the
+    """1.0 for equal system prompts (masked), else how much of them is alike (`text_share`); None when the
     recording names none (unknown), 0.0 when the live request has none."""
     if recorded is None:
         return None
@@ -257,7 +268,7 @@ def _system_share(recorded: str | None, live: str | None, settings: RunSettings)
         return 1.0
     if settings.cwd is not None:
         recorded = recorded.replace(CWD, settings.cwd)
-    return word_share(masked(recorded, settings.masks), masked(live, settings.masks))
+    return text_share(masked(recorded, settings.masks), masked(live, settings.masks))
 
 
 def _how_alike(closeness: _Closeness, session: SessionScript, system: str | None,
@@ -265,9 +276,9 @@ def _how_alike(closeness: _Closeness, session: SessionScript, system: str | None
     """Which parts of the live first request differ from the closest recording's, and how alike they are."""
     parts = []
     if not closeness.inputs_match:
-        parts.append(f"first inputs {closeness.inputs:.0%} alike (words in common)")
+        parts.append(f"first inputs {closeness.inputs:.0%} alike")
     if closeness.system is not None and closeness.system < 1.0:
-        parts.append(f"system prompt {closeness.system:.0%} alike (words in common)" if system is not None
+        parts.append(f"system prompt {closeness.system:.0%} alike" if system is not None
                      else "no system prompt, where the recording has one")
     if closeness.tools is not None and closeness.tools < 1.0 and session.tools is not None:
         missing, extra = sorted(session.tools - (tools or frozenset())), sorted((tools or frozenset()) - session.tools)
