@@ -69,6 +69,7 @@ class Chosen(NamedTuple):
 
 
 UNKNOWN = 0.5  # what a part the recording does not name counts
+ALMOST = 0.999  # the most a system prompt that is not equal can score
 
 
 class _Closeness(NamedTuple):
@@ -268,7 +269,8 @@ def _system_share(recorded: str | None, live: str | None, settings: RunSettings)
         return 1.0
     if settings.cwd is not None:
         recorded = recorded.replace(CWD, settings.cwd)
-    return text_share(masked(recorded, settings.masks), masked(live, settings.masks))
+    # Below 1.0 even when the pieces agree (the same pieces in another order): 1.0 means equal.
+    return min(text_share(masked(recorded, settings.masks), masked(live, settings.masks)), ALMOST)
 
 
 def _how_alike(closeness: _Closeness, session: SessionScript, system: str | None,
