@@ -249,7 +249,7 @@ class Run:
                 session = self.scenario.sessions[binding.script]
                 return Assignment(binding.script, call, session, live_id, retry=True)
         if binding is None:
-            script, noted = self._bindings.choose(live_id, request, self.settings)
+            script, noted = self._bindings.choose(live_id, request, self.settings)  # noted once it binds
             if script is None:
                 why = advice.unrecorded(self.id, self.scenario, self._bindings, live_id, request, self._conversations,
                                         self.default and self.consumed,
@@ -258,10 +258,8 @@ class Run:
                     return self.went_live.go(live_id, None, 0, "unrecorded_session", why)
                 raise self.fail(ReplayFailure(404, "unrecorded_session", why, live_id, 0))
             cursor = 0
-            if noted is not None:
-                self.notices.append(Notice(noted[0], self.scenario.sessions[script].file, live_id, 0, noted[1]))
         else:
-            script, cursor = binding.script, binding.cursor
+            script, cursor, noted = binding.script, binding.cursor, None
         session = self.scenario.sessions[script]
         if cursor >= len(session.entries):
             message = advice.exhausted(self.id, self.scenario, session, live_id, cursor, self.default)
@@ -283,7 +281,10 @@ class Run:
                     "the session's cursor stays where it was (UUIDs, dates, durations and temp folders are masked "
                     "already; mask other volatile spans with --ignore-input REGEX)",
                     live_id, cursor))
-        binding = binding or self._bindings.bind(script, live_id)
+        if binding is None:
+            binding = self._bindings.bind(script, live_id)
+            if noted is not None:  # how it was bound: said once, when it is (a refused first call binds nothing)
+                self.notices.append(Notice(noted[0], self.scenario.sessions[script].file, live_id, 0, noted[1]))
         attempt, fault = self._faults.attempt(script, cursor)
         if attempt:
             binding.retries += 1  # the call before it met a status or cut fault: this repeats it
