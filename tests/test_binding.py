@@ -216,3 +216,23 @@ def test_text_share_counts_three_character_pieces() -> None:
     assert text_share("abc", "xyz") == 0.0
     assert text_share("BETAS", "BETA") > text_share("BETAS", "ALPHA")
     assert text_share("Oslo", "Oslo, in one line") == 4 / 17  # "Osl" and "slo" on both sides, of 2 + 15
+
+
+def test_the_inspector_says_how_each_session_was_bound(tmp_path: Path) -> None:
+    from mockllm.inspector.view import bound_how
+    from mockllm.replay.report import build_state
+
+    system = "You are a helper."
+    scenario = _tree(tmp_path / "team", {"a": (system, ["grep"], "Look into Oslo", "FIRST"),
+                                         "b": (system, ["grep"], "Look into Oslo", "SECOND"),
+                                         "c": (system, ["grep"], "Look into Rome", "THIRD")})
+    run = Run("r", scenario)
+    _ask(run, "lead the team")
+    for live, text in (("x", "Look into Oslo"), ("y", "Look into Oslo"), ("z", "Look into Rome, briefly")):
+        _ask(run, text, system, ["grep"], session=live)
+    state = build_state(run)
+    assert [bound_how(s, state) for s in state.sessions] == [
+        "by content: its first request matched",
+        "by content, among twins in recorded order: their first requests are alike",
+        "by content: its first request matched",
+        "by content, to the closest recording: no recorded first request matched its own in every part"]
