@@ -10,11 +10,13 @@ is read as the system prompt (recorded as the session's, and compared when bindi
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
 
-from tests.agent_teams import NO_TLS, Outcome, Pauses, Team, pause, record_team, replay_team
+import mockllm
+from tests.agent_teams import NO_TLS, REPLAYS, Outcome, Pauses, Team, pause, record_team, replay_team
 from tests.scripted_llm import fact
 
 agno = pytest.importorskip("agno")
@@ -30,7 +32,8 @@ def _model(base: str) -> Any:
                       http_client=httpx.AsyncClient(verify=NO_TLS))
 
 
-def team(shape: str) -> Team:
+def team(shape: str, edited: str | None = None) -> Team:
+    """The team; `edited` names a city whose specialist is now asked differently (`<city>, briefly`)."""
     async def run(base: str, pauses: Pauses | None) -> Outcome:
         from agno.agent import Agent
 
@@ -48,7 +51,7 @@ def team(shape: str) -> Team:
                 await pause(pauses)
                 specialist = Agent(model=model(), name=role, telemetry=False,
                                    instructions=f"You are the {role}. Answer in one sentence.")
-                answer = str((await specialist.arun(city)).content)
+                answer = str((await specialist.arun(f"{city}, briefly" if city == edited else city)).content)
                 heard[f"{role} on {city}"] = answer
                 return answer
 
@@ -85,3 +88,26 @@ async def test_agno_specialists_replay_exactly_and_cleanly_in_any_order(tmp_path
         assert sorted(s.system.split(".")[0] for s in sessions[1:] if s.system) == [
             f"You are the {role}" for role in sorted(ROLES)], [s.system for s in sessions]
     await replay_team(what, out, recorded.outcome)
+
+
+async def test_an_edited_specialist_is_the_one_divergence_in_every_replay(tmp_path):
+    """Three specialists run concurrently; one is now asked differently. Whatever order they start
+    in, that one binds to its own recording (the closest) and the report says one divergence, on it."""
+    out = tmp_path / "coordinator"
+    recorded = await record_team(team("a-city-each"), out)
+    rome = next(s.file for s in recorded.scenario.sessions if s.inputs and s.inputs[0] is not None
+                and [i.text for i in s.inputs[0].items] == ["Rome"])
+    edited = team("a-city-each", edited="Rome")
+    seen = []
+    async with mockllm.AsyncServer(out) as server:
+        for number in range(REPLAYS):
+            async with await server.run(out.name) as run:
+                outcome = await edited(run.base_url.removesuffix("/v1"), Pauses(random.Random(number)))
+                report = await run.end()
+            assert outcome == recorded.outcome, report.describe()  # every specialist got its own answers
+            assert [(d.session, d.call, d.got) for d in report.divergences] == [(rome, 0, "Rome, briefly")], \
+                report.describe()
+            assert [(n.kind, n.session) for n in report.notices] == [("bound_to_closest", rome)]
+            assert report.failures == [] and not report.unconsumed
+            seen.append(tuple(s.live_id for s in report.sessions))
+    assert len(set(seen)) > 1, f"every replay started the specialists in the same order: {seen}"
