@@ -182,11 +182,12 @@ class ServeOptions:
         (), "mask matches of REGEX in recorded and live inputs before comparing them (repeatable)",
         metavar="REGEX", repeat=True)
     normalize: bool = _option(True, "mask what agents vary between runs (UUIDs, hex ids, ISO dates and times, "
-                              "measured durations, temp folders) before comparing inputs", metavar="true|false",
-                              switch=True)
-    bind: Bind = _option("content", "bind a new live session to the script whose first recorded inputs match its "
-                         "request (twins by their recorded system prompt, else in recorded order), or to the next "
-                         "script in first-call order", choices=BINDS)
+                              "measured durations, temp folders) before comparing inputs, and leave out the "
+                              "<system-reminder> blocks a harness adds to tool results (not under --strict)",
+                              metavar="true|false", switch=True)
+    bind: Bind = _option("content", "bind a new live session to the unbound script whose recorded first request is "
+                         "closest to its own (first inputs, then system prompt and offered tools; ties in recorded "
+                         "order), or to the next script in first-call order", choices=BINDS)
     divergence: DivergencePolicy = _option(
         "fail", "whether a call that differs from the recording fails the run's checks (fail) or is only "
         "reported (warn)", choices=("fail", "warn"))
@@ -330,6 +331,12 @@ class RunSettings:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "masks", masks_for(check_patterns(self.ignore_input), self.normalize))
+
+    @property
+    def loose_reminders(self) -> bool:
+        """Whether `<system-reminder>` blocks a harness adds to tool results are left out of comparisons
+        (`normalize.without_reminders`): by default yes, never under `strict` or `normalize` off."""
+        return self.normalize and not self.strict
 
     @property
     def gap_ms(self) -> float | None:

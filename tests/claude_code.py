@@ -67,11 +67,12 @@ def _event(name: str, data: dict[str, Any]) -> bytes:
     return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
 
 
-def answer(name: str) -> Answer:
-    """The scripted upstream's streamed answer to request `name`, one SSE event per piece; a text is
-    sent in two deltas and a tool input in two `input_json_delta`s, as Anthropic splits them."""
-    blocks, stop = ANSWERS[name]
-    model = request(name)["model"]
+def answer(name: str, answered: tuple[list[Block], str] | None = None, model: str | None = None) -> Answer:
+    """The scripted upstream's streamed answer to request `name` (`answered`: the blocks and stop
+    reason, else its entry in ANSWERS; `model`: else the fixture's), one SSE event per piece; a text
+    is sent in two deltas and a tool input in two `input_json_delta`s, as Anthropic splits them."""
+    blocks, stop = answered or ANSWERS[name]
+    model = model or request(name)["model"]
     pieces = [_event("message_start", {"type": "message_start", "message": {
         "id": f"msg_{name}", "type": "message", "role": "assistant", "model": model, "content": [],
         "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 120, "output_tokens": 1}}})]

@@ -32,7 +32,7 @@ import pytest
 import mockllm
 from mockllm.record.command import RecordOptions, start_recorder
 from mockllm.scenario.load import load_scenario
-from tests.claude_code import REQUESTS, heard
+from tests.claude_code import ANSWERS, REQUESTS, SONNET, heard
 from tests.claude_code import answer as claude_answer
 from tests.claude_code import request as claude_request
 from tests.fake_upstream import Answer, running_upstream
@@ -41,6 +41,12 @@ from tests.scripted_llm import responses_stream
 REPLAYS = 6
 CODEX = Path(__file__).parent / "fixtures" / "codex"
 Post = Callable[[str, dict[str, Any]], Awaitable[bytes]]
+
+
+def claude_answer_blocks(name: str) -> tuple[list[Any], str]:
+    """A copy of Claude Code's recorded answer to request `name`: its blocks and stop reason."""
+    blocks, stop = ANSWERS[name]
+    return json.loads(json.dumps(blocks)), stop
 
 
 async def _record(out: Path, answers: list[Answer], drive: Callable[[Post], Awaitable[Any]]) -> Any:
@@ -124,6 +130,98 @@ async def test_claude_code_subagents_replay_cleanly_with_fresh_agent_ids_in_any_
     assert [(s.kind, len(s.entries)) for s in load_scenario(out).sessions] == [
         ("primary", 2), ("spawn", 1), ("spawn", 2), ("spawn", 1)]
     await _replays(out, recorded, _claude_code(recording=False))
+
+
+# --- Claude Code: a lead with three subagents, and the noise its harness adds ------------------------
+
+LIMA = "Lima: 14\u00b0C and cloudy."
+TASK_NOTICE = ("<task-notification>\n<task-id>bash_1</task-id>\n<status>completed</status>\n"
+               "<summary>Background command \"npm test\" completed (exit code 0)</summary>\n"
+               "<duration_ms>{ms}</duration_ms>\n</task-notification>")
+REMINDER = ("\n\n<system-reminder>\nContext left until auto-compact: {pct}%. Keep your answers short.\n"
+            "</system-reminder>")
+
+
+def _as_lima(value: Any) -> Any:
+    """A copy of Rome's piece (request, tool call, result) for Lima."""
+    return json.loads(json.dumps(value).replace("Rome", "Lima"))
+
+
+def _three() -> tuple[dict[str, dict[str, Any]], dict[str, tuple[list[Any], str]]]:
+    """Claude Code's requests for a lead that starts three `Task` subagents (Oslo, Rome and Lima, the
+    third made from Rome's), and each one's answer."""
+    main_1 = claude_request("main-1")
+    main_1["messages"][-1]["content"][-1]["text"] = main_1["messages"][-1]["content"][-1]["text"].replace(
+        "Oslo and Rome", "Oslo, Rome and Lima")
+    first, stop = claude_answer_blocks("main-1")
+    rome_call = next(b for b in first if b.get("type") == "tool_use" and "Rome" in b["input"]["prompt"])
+    lima_call = _as_lima(rome_call)  # its id too: toolu_02Lima9xZw
+    first = [*first, lima_call]
+    main_2 = claude_request("main-2")
+    main_2["messages"][0] = main_1["messages"][-1]
+    main_2["messages"][1]["content"] = first
+    results = main_2["messages"][2]["content"]
+    lima_result = _as_lima(results[0])
+    lima_result["content"][0]["text"] = LIMA
+    main_2["messages"][2]["content"] = [*results, lima_result]
+    agent_lima = _as_lima(claude_request("agent-rome-1"))
+    requests = {"title": claude_request("title"), "main-1": main_1, "agent-oslo-1": claude_request("agent-oslo-1"),
+                "agent-oslo-2": claude_request("agent-oslo-2"), "agent-rome-1": claude_request("agent-rome-1"),
+                "agent-lima-1": agent_lima, "main-2": main_2}
+    answers = {name: claude_answer_blocks(name) for name in requests if name not in ("main-1", "agent-lima-1")}
+    answers |= {"main-1": (first, stop), "agent-lima-1": ([{"type": "text", "text": LIMA}], "end_turn")}
+    return requests, answers
+
+
+def _lead_next(body: dict[str, Any], rng: random.Random, recording: bool) -> dict[str, Any]:
+    """The lead's request after its subagents, as Claude Code sends it this run: results in the
+    order the agents finished, each with a fresh `agentId` and measured usage; a background task's
+    notice with its measured `<duration_ms>`; and, in a replay, a `<system-reminder>` (a context-budget
+    note) appended to some of the results, which the recording lacks."""
+    body = _with_fresh_agent_ids(body, rng, rng.sample(range(3), 3))
+    if not recording:
+        for block in body["messages"][-1]["content"]:
+            if rng.random() < 0.5:
+                block["content"].append({"type": "text", "text": REMINDER.format(pct=rng.randint(5, 40))})
+    body["messages"][-1]["content"].append({"type": "text", "text": TASK_NOTICE.format(ms=rng.randint(100, 900))})
+    return body
+
+
+def _claude_code_three(recording: bool) -> Callable[[Post, random.Random], Awaitable[dict[str, Any]]]:
+    requests, _ = _three()
+
+    async def drive(post: Post, rng: random.Random) -> dict[str, Any]:
+        heard_back = {name: heard(await post("/messages", requests[name])) for name in ("title", "main-1")}
+
+        async def subagent(city: str) -> None:
+            await asyncio.sleep(0 if recording else rng.uniform(0, 0.02))
+            for name in ("agent-oslo-1", "agent-oslo-2") if city == "oslo" else (f"agent-{city}-1",):
+                heard_back[name] = heard(await post("/messages", requests[name]))
+
+        if recording:
+            for city in ("oslo", "rome", "lima"):
+                await subagent(city)
+        else:
+            await asyncio.gather(*(subagent(city) for city in rng.sample(["oslo", "rome", "lima"], 3)))
+        heard_back["main-2"] = heard(await post("/messages", _lead_next(requests["main-2"], rng, recording)))
+        return heard_back
+
+    return drive
+
+
+async def test_claude_code_lead_with_three_subagents_replays_clean_through_its_harness_noise(tmp_path):
+    out = tmp_path / "claude-code-three"
+    _, answers = _three()
+    order = ("title", "main-1", "agent-oslo-1", "agent-oslo-2", "agent-rome-1", "agent-lima-1", "main-2")
+    record = _claude_code_three(recording=True)
+    recorded = await _record(out, [claude_answer(name, answers[name], SONNET if name != "title" else None)
+                                   for name in order], lambda post: record(post, random.Random(99)))
+    assert [(s.kind, len(s.entries)) for s in load_scenario(out).sessions] == [
+        ("primary", 2), ("spawn", 1), ("spawn", 2), ("spawn", 1), ("spawn", 1)]
+    reports = await _replays(out, recorded, _claude_code_three(recording=False))
+    noted = [n for report in reports for n in report.notices]
+    assert {n.kind for n in noted} == {"reminder_ignored"}, noted
+    assert all(n.session == "session.jsonl" and n.call == 1 for n in noted)
 
 
 # --- Codex CLI ----------------------------------------------------------------------------------------

@@ -120,7 +120,7 @@ def test_calls_left_unconsumed_fail_assert_consumed_with_a_readable_report(srv: 
     message = str(caught.value)
     assert message.splitlines()[0] == f"mockllm run {run.id} of scenario 'tool-loop': 1 problem(s)"
     assert "unconsumed: session session.jsonl (primary, recorded id d3cfb7e5-52ba-5a05-a3d1-f9cbfffe86cd) " \
-           "served call 1; calls 2-5 of 5 not requested" in message
+           "served call 0 (0-based); calls 1-4 (0-based) of 5 not requested" in message
     assert "session.jsonl (primary): 1/5, live id agent" in message
     run.end()
 
@@ -134,7 +134,8 @@ def test_a_call_past_the_end_is_410_and_fails_the_run(srv: mockllm.Server) -> No
     assert caught.value.status_code == 410
     with pytest.raises(mockllm.RunNotClean) as failed:
         run.assert_no_failures()
-    assert "failure script_exhausted in session session.jsonl (live id agent), call 2: run " in str(failed.value)
+    assert ("failure script_exhausted in session session.jsonl (live id agent), call 1 (0-based): run "
+            in str(failed.value))
     report = run.end()
     assert report.consumed and [f.code for f in report.failures] == ["script_exhausted"]
 
@@ -230,7 +231,8 @@ async def test_async_server_has_the_same_shape() -> None:
                 await aclient.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
             report = await run.report()
             assert [(s.live_id, s.served) for s in report.sessions] == [("a1", 4)]
-            with pytest.raises(mockllm.RunNotClean, match="served calls 1-4; call 5 of 5 not requested"):
+            with pytest.raises(mockllm.RunNotClean,
+                               match=r"served calls 0-3 \(0-based\); call 4 \(0-based\) of 5 not requested"):
                 await run.assert_consumed()
             last = await aclient.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
             assert last.choices[0].message.content == "It prints: hi"
@@ -254,11 +256,11 @@ REPORTS = [
          "remaining": 0},
         {"id": "c", "file": "session.1.jsonl", "kind": "fork", "live_id": None, "served": 0, "entries": 1,
          "remaining": 1}]},
-        ["unconsumed: session session.1.jsonl (fork, recorded id c) never called; call 1 of 1 not requested"],
+        ["unconsumed: session session.1.jsonl (fork, recorded id c) never called; call 0 (0-based) of 1 not requested"],
         id="child-never-called"),
     pytest.param({"run": "run-3", "scenario": "s", "consumed": True, "failures": [
         {"code": "unrecorded_session", "message": "every session is bound", "session": "z", "call": 0}],
-        "sessions": []}, ["failure unrecorded_session in live session z, call 1: every session is bound"],
+        "sessions": []}, ["failure unrecorded_session in live session z, call 0 (0-based): every session is bound"],
         id="unrecorded-session"),
 ]
 

@@ -143,7 +143,7 @@ def mixed_layout(folder: Path) -> tuple[Path, int, str]:
 def no_finish(folder: Path) -> tuple[Path, int, str]:
     calls = (tool_call("bash", minimal=True), text_call("x y")[:-1])  # minimal: the line number below counts rows
     log = write_log(folder, "session.jsonl", header(), turn_rows(1, "go", *calls))
-    return log, 15, "the model call of (turn 1, step 2) (call 1) has no final finish chunk"
+    return log, 15, "the model call of (turn 1, step 2) (call 1, 0-based) has no final finish chunk"
 
 
 def unknown_sidecar_kind(folder: Path) -> tuple[Path, int, str]:

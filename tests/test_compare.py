@@ -106,10 +106,11 @@ def report(divergence: str) -> RunReport:
 
 def test_a_divergence_is_a_problem_of_the_run_and_its_headline_says_what() -> None:
     failing = report("fail")
-    assert failing.problems() == ["diverged: session session.jsonl (live id p) call 1, the last user message: "
+    assert failing.problems() == ["diverged: session session.jsonl (live id p) call 0 (0-based), the last user "
+                                  "message: "
                                   "expected 'hello', got 'bye' (…[-hello][+bye]…)"]
     head = failing.describe().splitlines()[0]
-    assert "1 problem(s)" in head and "first session.jsonl call 1 at the last user message" in head
+    assert "1 problem(s)" in head and "first session.jsonl call 0 (0-based) at the last user message" in head
 
 
 def test_under_warn_a_divergence_is_reported_and_fails_nothing() -> None:

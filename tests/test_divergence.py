@@ -133,7 +133,7 @@ async def test_under_strict_a_diverged_call_is_409_and_the_cursor_stays(serve, f
     assert caught.value.body["code"] == "request_diverged"
     assert caught.value.response.headers["x-should-retry"] == "false"
     message = caught.value.message
-    assert f"session {file} (live id {session.id}) call {call + 1} diverged from the recording at the last " \
+    assert f"session {file} (live id {session.id}) call {call} (0-based) diverged from the recording at the last " \
            "user message" in message
     assert "got 'Something else.'" in message
     # The refused call took nothing: the right request now gets that same call.
@@ -242,16 +242,17 @@ async def test_without_bind_content_children_started_in_reverse_swap_scripts(ser
         "the last user message", "the last user message"]
 
 
-async def test_bind_content_with_no_match_binds_in_order_and_reports_it(serve):
+async def test_bind_content_with_no_match_binds_to_the_closest_and_reports_it(serve):
     corpus_or_skip()
     server = await serve(MULTI)
     run, base = await new_run(server.base_url, "acp-agent--subagent-multi", bind="content")
     await ask(base, "stranger", [{"role": "user", "content": "Something never recorded."}])
     state = await run_state(server.base_url, run)
     [divergence] = state["divergences"]
-    assert divergence["kind"] == "input" and divergence["session"] == "session.jsonl"
     [notice] = state["notices"]
-    assert notice["kind"] == "bound_by_arrival" and "no unbound session's first recorded call" in notice["message"]
+    # Bound to whichever recording's first request is closest; the divergence is reported on it.
+    assert divergence["kind"] == "input" and divergence["session"] == notice["session"]
+    assert notice["kind"] == "bound_to_closest" and "no unbound recorded session's first request" in notice["message"]
     _, strict_base = await new_run(server.base_url, "acp-agent--subagent-multi", bind="content", strict=True)
     with pytest.raises(openai.ConflictError):
         await ask(strict_base, "stranger", [{"role": "user", "content": "Something never recorded."}])

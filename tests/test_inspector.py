@@ -59,12 +59,12 @@ def report_of(run: Run, *, ended: bool = True) -> str:
 def test_the_report_says_which_session_diverged_where_and_how(fork: Run) -> None:
     text = text_of(report_of(fork))
     assert "mockllm report: run-7 of fork 2 problems" in text
-    assert ("diverged: session session.jsonl (live id lead) call 2, the last user message: expected 'fork it', "
-            "got 'fork that <b>now</b>'") in text
-    assert "unconsumed: session session.jsonl (primary, recorded id p) served calls 1-2; call 3 of 3 not requested" \
-        in text
-    assert ("Where requests first differed from the recording session.jsonl call 2 (live id lead): diverged at the "
-            "last user message") in text
+    assert ("diverged: session session.jsonl (live id lead) call 1 (0-based), the last user message: expected "
+            "'fork it', got 'fork that <b>now</b>'") in text
+    assert ("unconsumed: session session.jsonl (primary, recorded id p) served calls 0-1 (0-based); call 2 (0-based) "
+            "of 3 not requested") in text
+    assert ("Where requests first differed from the recording session.jsonl call 1 (0-based) (live id lead): "
+            "diverged at the last user message") in text
     assert "expected fork it got fork that <b>now</b> diff …fork [-it][+that <b>now</b>]…" in text
 
 
@@ -77,7 +77,7 @@ def test_the_report_draws_the_tree_and_a_lane_per_session_with_its_cursor(fork: 
     assert (f"fork session.1.jsonl cut {cut} recorded id c · live id forked · by content: its first request matched "
             "served 1 / 1") in text
     assert "Calls: 3 calls" in text
-    assert "#2 session.jsonl call 2 of 3 diverged 200 · chunks" in text
+    assert "#1 session.jsonl call 1 (0-based) of 3 diverged 200 · chunks" in text
 
 
 def test_every_call_shows_its_request_as_the_journal_keeps_it_and_nothing_secret(fork: Run) -> None:
@@ -130,7 +130,7 @@ def test_faults_retries_failures_side_routes_and_strangers_each_get_a_lane_and_a
     assert [c.failure.code if c.failure else None for c in view.calls] == [
         None, None, "script_exhausted", "unrecorded_session", None]
     text = text_of(run_html(view))
-    assert "fault at replay.override.json call 1 (live id agent): status 429" in text
+    assert "fault at replay.override.json call 0 (0-based) (live id agent): status 429" in text
     assert "unrecorded live session other" in text and "side route side/replay.override.json model title" in text
     assert "primary replay.override.json recorded id" in text and "1 retry served 1 / 1" in text
 

@@ -95,8 +95,8 @@ async def test_log_level_info_logs_one_line_per_call(serve, one_call, caplog):
         assert await _post(base, body, {"x-mockllm-session": "live-a"}) == 410
     lines = [r.getMessage() for r in caplog.records if r.name == "mockllm"]
     assert len(lines) == 2
-    assert "live-a (session.jsonl) call 1: 200" in lines[0]
-    assert "call 2: 410 script_exhausted" in lines[1]
+    assert "live-a (session.jsonl) call 0 (0-based): 200" in lines[0]
+    assert "call 1 (0-based): 410 script_exhausted" in lines[1]
 
 
 async def test_the_final_report_counts_failures_past_those_kept(serve, one_call):

@@ -228,5 +228,5 @@ def test_a_throwaway_project_uses_the_installed_plugin(installed: Installed, tmp
     reports = sorted((tmp_path / ".pytest_cache" / "mockllm").glob("*.html"))
     assert [r.name for r in reports] == ["test_agent.py__test_past_the_end.html", "test_agent.py__test_unconsumed.html"]
     assert f"mockllm report: {reports[1]}" in out and ".lane-head" in reports[1].read_text()
-    assert "calls 2-5 of 5 not requested" in out
-    assert "failure script_exhausted in session session.jsonl (live id agent), call 2" in out
+    assert "calls 1-4 (0-based) of 5 not requested" in out
+    assert "failure script_exhausted in session session.jsonl (live id agent), call 1 (0-based)" in out

@@ -84,8 +84,8 @@ def test_stops_early(mockllm_run):
         "test_calls_left_unconsumed_fail_at_teardown_naming_them.py::test_stops_early: "
         "the mockllm run did not go as recorded",
         "mockllm run run-* of scenario 'tool-loop': 1 problem(s)",
-        "  unconsumed: session session.jsonl (primary, recorded id d3cfb7e5-*) served call 1; "
-        "calls 2-5 of 5 not requested",
+        "  unconsumed: session session.jsonl (primary, recorded id d3cfb7e5-*) served call 0 *; "
+        "calls 1-4 (0-based) of 5 not requested",
         "  sessions (calls served / recorded):",
         "    session.jsonl (primary): 1/5, live id agent",
     ])
@@ -123,8 +123,8 @@ def test_one_call_too_many(mockllm_run):
         "*::test_one_call_too_many: the mockllm run did not go as recorded "
         "(consume=False: calls left over are allowed)",
         "mockllm run run-* of scenario 'text-turn': 1 problem(s)",
-        "  failure script_exhausted in session session.jsonl (live id agent), call 2: run run-* session "
-        "session.jsonl * made call 2 but its script has 1 entries*",
+        "  failure script_exhausted in session session.jsonl (live id agent), call 1 *: run run-* session "
+        "session.jsonl * made call 1 * but its script has 1 entries*",
     ])
 
 
@@ -244,8 +244,8 @@ def test_changed_prompt_warned(mockllm_run):
     result.stdout.fnmatch_lines([
         "*::test_changed_prompt: the mockllm run did not go as recorded",
         "mockllm run run-* of scenario 'text-turn': 1 problem(s); 1 call(s) differed from the recording, first "
-        "session.jsonl call 1 at the last user message",
-        "  diverged: session session.jsonl (live id agent) call 1, the last user message: expected *, got 'go' (*)",
+        "session.jsonl call 0 * at the last user message",
+        "  diverged: session session.jsonl (live id agent) call 0 *, the last user message: expected *, got 'go' (*)",
     ])
     assert "test_changed_prompt_warned" not in result.stdout.str().split("short test summary")[-1]
 

@@ -151,7 +151,7 @@ def test_record_once_then_replay_offline_then_update_what_changed(project: pytes
     changed.assert_outcomes(passed=3, errors=1)
     changed.stdout.fnmatch_lines([
         "*test_agent.py::test_tool_loop: the mockllm run did not go as recorded*",
-        "*diverged: session session.jsonl * call 1, *",
+        "*diverged: session session.jsonl * call 0 (0-based), *",
         "*record this test again: pytest test_agent.py::test_tool_loop --mockllm-record-mode rewrite",
     ])
 
@@ -160,7 +160,7 @@ def test_record_once_then_replay_offline_then_update_what_changed(project: pytes
         updated.assert_outcomes(passed=3)
         assert len(again.received) == 2, "only the changed test's calls went to the upstream"
     updated.stdout.fnmatch_lines(["recorded: test_agent.py::test_tool_loop: rewrote */test_tool_loop with 2 live "
-                                  "call(s): continued session.jsonl from call 1",
+                                  "call(s): continued session.jsonl from call 0 *",
                                   "not recorded: test_agent.py::test_coordinator: nothing written *"])
     after = snapshot(recordings)
     for scenario in SCENARIOS[:2]:

@@ -174,7 +174,7 @@ def test_new_episodes_continues_a_side_route_past_its_end(upstream, tmp_path):
             assert report.recording is not None and report.recording.written, report.recording
             assert [(w.session, w.live_id, w.call) for w in report.went_live] == [(route_file, f"side route {TITLE}",
                                                                                    1)]
-            assert f"side route {TITLE} (side.title-model.json) from call 2" in report.recording.message
+            assert f"side route {TITLE} (side.title-model.json) from call 1 (0-based)" in report.recording.message
             folder = recordings / name
             assert json.loads((folder / "mockllm.json").read_text())["side_routes"] == [
                 {"model": TITLE, "script": "side.title-model.json"}]

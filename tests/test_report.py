@@ -86,8 +86,9 @@ def test_the_failing_words_are_the_same_on_both_sides(tree: Path) -> None:
 
     assert report.describe() == built.describe()
     assert report.problems() == [
-        "unconsumed: session session.jsonl (primary, recorded id p) served call 1; calls 2-3 of 3 not requested",
-        "unconsumed: session session.1.jsonl (fork, recorded id c) never called; call 1 of 1 not requested",
+        "unconsumed: session session.jsonl (primary, recorded id p) served call 0 (0-based); calls 1-2 (0-based) of 3 "
+        "not requested",
+        "unconsumed: session session.1.jsonl (fork, recorded id c) never called; call 0 (0-based) of 1 not requested",
         "unconsumed: side route 'title' (title.json) served 0 of 1",
     ]
     with pytest.raises(RunNotClean) as caught:
@@ -99,7 +100,7 @@ def test_the_failing_words_are_the_same_on_both_sides(tree: Path) -> None:
 def test_divergences_holds_and_pacing_notes(tree: Path) -> None:
     run = new_run(tree)
     request = DEFAULT.decode_request(b'{"messages": [{"role": "user", "content": "bye"}]}')
-    run.answer("agent", request, DEFAULT, (), b"{}")  # no script's first inputs match: bound by arrival
+    run.answer("agent", request, DEFAULT, (), b"{}")  # no script's first inputs match: bound to the closest
     # As the server notes them: a hang that names no ready file, one that does.
     run.held += [{"session": "agent", "script": "session.jsonl", "call": 1},
                  {"session": "x", "script": "session.1.jsonl", "call": 0, "ready_file": "ready",
@@ -110,7 +111,7 @@ def test_divergences_holds_and_pacing_notes(tree: Path) -> None:
     (divergence,) = report.divergences
     assert (divergence.kind, divergence.session, divergence.live_id, divergence.call) == (
         "input", "session.jsonl", "agent", 0)
-    assert [(n.kind, n.session) for n in report.notices] == [("bound_by_arrival", "session.jsonl")]
+    assert [(n.kind, n.session) for n in report.notices] == [("bound_to_closest", "session.jsonl")]
     assert (divergence.expected, divergence.got) == ("hello", "bye")
     assert report.diverged_calls == 1
     # A ready file's keys appear only on the hang that has one.

@@ -283,7 +283,7 @@ async def test_exhausted_and_unrecorded_sessions_fail_loudly_and_are_reported(se
         status, body, headers = await chat(session, base, [user("q")], {"x-mockllm-session": "live-a"})
         message = assert_mock_error(status, body, headers, 410, "script_exhausted")
         assert body["error"]["type"] == "invalid_request_error"
-        for part in (run, "session.jsonl", "live-a", "call 2", "1 entries"):
+        for part in (run, "session.jsonl", "live-a", "call 1 (0-based)", "1 entries"):
             assert part in message, (part, message)
 
         report = await run_state(server.base_url, run)

@@ -193,7 +193,7 @@ async def test_one_call_past_the_end_is_410_script_exhausted_and_not_retried(ser
     assert error.body["error"]["code"] == "script_exhausted"
     message = error.body["error"]["message"]
     assert message.startswith("script_exhausted: ")
-    for part in (run, "session.jsonl", "call 2", "1 entries"):
+    for part in (run, "session.jsonl", "call 1 (0-based)", "1 entries"):
         assert part in message, (part, message)
     state = await run_state(server.base_url, run)
     assert len(state["journal"]) == 2

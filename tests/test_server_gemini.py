@@ -144,7 +144,7 @@ async def test_one_call_past_the_end_is_410_in_googles_shape(serve, tmp_path, mo
     error = caught.value
     assert (error.code, error.status) == (410, "FAILED_PRECONDITION")
     assert error.message.startswith("script_exhausted: ")
-    for part in (run, "session.jsonl", "call 2", "1 entries"):
+    for part in (run, "session.jsonl", "call 1 (0-based)", "1 entries"):
         assert part in error.message
     assert error.details["error"]["details"][0]["reason"] == "script_exhausted"
     assert error.response.headers["x-should-retry"] == "false"

@@ -134,7 +134,7 @@ async def test_one_call_past_the_end_is_410_in_ollamas_shape(serve, tmp_path, mo
         await MODES[mode](sdk, [user("q"), {"role": "assistant", "content": "only"}, user("again")])
     assert caught.value.status_code == 410
     assert caught.value.error.startswith("script_exhausted: ")
-    for part in (run, "session.jsonl", "call 2", "1 entries"):
+    for part in (run, "session.jsonl", "call 1 (0-based)", "1 entries"):
         assert part in caught.value.error
     async with aiohttp.ClientSession() as session, session.post(
             f"{root(base)}/api/chat", headers={"x-mockllm-session": "p"},

@@ -85,7 +85,7 @@ async def test_a_route_past_its_end_is_410_naming_the_route(serve, tmp_path):
         await say(base, model=TITLE)
     assert caught.value.status_code == 410
     assert caught.value.body["code"] == "script_exhausted"
-    assert "side route 'title-model' (title.json) got call 2" in caught.value.message
+    assert "side route 'title-model' (title.json) got call 1 (0-based)" in caught.value.message
     assert await say(base) == "MAIN ONE"  # the session's own script is untouched
     state = await run_state(server.base_url, run)
     assert [(f["code"], f["call"]) for f in state["failures"]] == [("script_exhausted", 1)]

@@ -104,6 +104,6 @@ async def test_a_real_divergence_fails_the_run_with_a_readable_diff(tmp_path):
         with pytest.raises(mockllm.RunNotClean) as failed:
             await run.assert_consumed()
     message = str(failed.value)
-    assert "session.jsonl" in message and "call 1, the last user message" in message
+    assert "session.jsonl" in message and "call 0 (0-based), the last user message" in message
     assert "[-Lima][+Peru]" in message, message
     assert "Lima" in recorded.outcome.final

@@ -365,3 +365,15 @@ def test_non_stream_body_with_only_tool_calls_has_null_content():
 def test_non_stream_body_with_nothing_has_empty_string_content():
     reply = render(chunks(fin("stop")))
     assert json.loads(reply.body)["choices"][0]["message"] == {"role": "assistant", "content": ""}
+
+
+@pytest.mark.parametrize("content", ["You are the chef.", [{"type": "text", "text": "You are the chef."}]],
+                         ids=["string", "parts"])
+def test_a_developer_message_is_the_system_prompt(content: Any) -> None:
+    from mockllm.wire.chat.request import decode_request
+    from mockllm.wire.request import system_text
+
+    body = {"messages": [{"role": "developer", "content": content}, {"role": "user", "content": "Oslo"}]}
+    request = decode_request(json.dumps(body).encode())
+    assert [m.role for m in request.messages] == ["system", "user"]
+    assert system_text(request.messages) == "You are the chef."

@@ -274,7 +274,7 @@ def test_a_line_aligned_tear_is_a_loud_unfinished_call(tmp_path: Path) -> None:
     with partial_path(path).open("ab") as f:  # the crash: the third call's write got three whole lines
         f.write(encode_log(header("live"), third[:3]).split(b"\n", 1)[1])
     log = read_log(recover(partial_path(path)))
-    with pytest.raises(RecordingError, match=r"\(turn 3, step 1\) \(call 2\) has no final finish chunk"):
+    with pytest.raises(RecordingError, match=r"\(turn 3, step 1\) \(call 2, 0-based\) has no final finish chunk"):
         calls_to_entries(derive_calls(log), log, set())
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from mockllm.inspector.tree import Node, session_tree
 from mockllm.inspector.view import OUTCOMES, CallView, Lane, RunView
+from mockllm.numbering import call_name
 from mockllm.replay.report import DivergenceReport
 from mockllm.scenario.summary import ScenarioSummary, SessionSummary
 
@@ -141,8 +142,8 @@ def divergences_html(view: RunView) -> str:
         call = next((c for c in view.calls if c.divergence is d), None)
         link = (f' <a href="#{esc(call_id(view.state.run, call.number))}" class="goto">call details</a>'
                 if call is not None else "")
-        items.append(f'<li class="divergence" data-session="{esc(d.session)}"><p><b>{esc(d.session)}</b> call '
-                     f"{d.call + 1} (live id {esc(d.live_id)}): diverged at {esc(d.what)}{link}</p>"
+        items.append(f'<li class="divergence" data-session="{esc(d.session)}"><p><b>{esc(d.session)}</b> '
+                     f"{call_name(d.call)} (live id {esc(d.live_id)}): diverged at {esc(d.what)}{link}</p>"
                      f"{diff_html(d)}</li>")
     return ('<div class="divergences"><h3>Where requests first differed from the recording</h3>'
             f'<ul>{"".join(items)}</ul></div>')
@@ -216,12 +217,12 @@ def mcp_html(view: RunView) -> str:
 def extras_html(view: RunView) -> str:
     """Faults served, held calls, notes, pacing notes and failures counted past the kept ones, if any."""
     state = view.state
-    rows = [f"fault at {esc(f.file)} call {f.call + 1} (live id {esc(f.session)}): {esc(f.fault)}"
+    rows = [f"fault at {esc(f.file)} {call_name(f.call)} (live id {esc(f.session)}): {esc(f.fault)}"
             for f in state.faults]
-    rows += [f"note: {esc(n.session)} call {n.call + 1} (live id {esc(n.live_id)}): {esc(n.message)}"
+    rows += [f"note: {esc(n.session)} {call_name(n.call)} (live id {esc(n.live_id)}): {esc(n.message)}"
              for n in state.notices]
-    rows += [f"held open: {esc(h.script)} call {h.call + 1} (live id {esc(h.session)})" for h in state.held]
-    rows += [f"pacing: {esc(p.file)} call {p.call + 1} served {esc(p.served)}: {esc(p.note)}" for p in state.pacing]
+    rows += [f"held open: {esc(h.script)} {call_name(h.call)} (live id {esc(h.session)})" for h in state.held]
+    rows += [f"pacing: {esc(p.file)} {call_name(p.call)} served {esc(p.served)}: {esc(p.note)}" for p in state.pacing]
     rows += [f"{n} more failures {esc(code)} (counted, not kept)" for code, n in state.failures_more.items()]
     return '<ul class="extras">' + "".join(f"<li>{r}</li>" for r in rows) + "</ul>" if rows else ""
 
@@ -233,13 +234,14 @@ def call_html(view: RunView, call: CallView, body_url: BodyUrl | None) -> str:
     """A call's details: what was served, the divergence or failure, then the request as kept."""
     record, run = call.record, view.state.run
     lane = next(lane for lane in view.lanes if lane.key == call.lane)
-    where = lane.title if call.record.get("call") is None else \
-        f"{lane.title} call {_call_number(call)}" + (f" of {lane.entries}" if lane.entries else "")
+    number = record.get("call")
+    where = lane.title if not isinstance(number, int) else \
+        f"{lane.title} {call_name(number)}" + (f" of {lane.entries}" if lane.entries else "")
     timing = [f"{record['duration_ms']:.1f} ms"] if isinstance(record.get("duration_ms"), float | int) else []
     if view.first_at is not None and isinstance(record.get("at"), float):
         timing.append(f"+{record['at'] - view.first_at:.3f} s")
     status = record.get("status")
-    summary = (f'<summary><span class="dot o-{call.outcome}"></span><b>#{call.number + 1}</b> {esc(where)} '
+    summary = (f'<summary><span class="dot o-{call.outcome}"></span><b>#{call.number}</b> {esc(where)} '
                f'<span class="tag o-{call.outcome}">{call.outcome}</span> '
                f'<span class="muted">{esc(" · ".join([str(status or "-"), call.entry_kind or "-", *timing]))}'
                "</span></summary>")
@@ -264,7 +266,7 @@ def _facts(call: CallView, lane: Lane) -> str:
     record = call.record
     served = "nothing from the script"
     if call.entry_kind is not None:
-        served = f"entry {_call_number(call)} of {lane.title}: {call.entry_kind}"
+        served = f"entry {_call_number(call)} (0-based) of {lane.title}: {call.entry_kind}"
     rows = [("served", served), ("status", record.get("status")), ("error", record.get("error")),
             ("fault", record.get("fault")), ("retry", "yes: a repeat of a call not received whole"
                                             if record.get("retry") else None),
@@ -297,13 +299,14 @@ def pretty_body(body: str) -> str:
 
 
 def _call_number(call: CallView) -> str:
+    """The script's call index (0-based, as the journal and report JSON say), or `·` for none."""
     number = call.record.get("call")
-    return str(number + 1) if isinstance(number, int) else "·"
+    return str(number) if isinstance(number, int) else "·"
 
 
 def _mark_title(call: CallView, lane: Lane) -> str:
     record = call.record
-    parts = [f"#{call.number + 1}", lane.title, f"call {_call_number(call)}", call.outcome]
+    parts = [f"#{call.number}", lane.title, f"call {_call_number(call)} (0-based)", call.outcome]
     parts += [str(record[k]) for k in ("status", "error", "fault") if record.get(k)]
     if record.get("diverged"):
         parts.append(f"diverged at {record['diverged']}")

@@ -109,8 +109,11 @@ def bound_how(session: SessionReport, state: RunState) -> str:
         return "not bound" if session.entries else "never calls (no model calls recorded)"
     if session.live_id == session.id:
         return "by its recorded id"
-    if any(n.kind == "bound_by_arrival" and n.session == session.file for n in state.notices):
-        return "in first-call order: no session's first recorded call matched its first request"
+    noted = {n.kind for n in state.notices if n.session == session.file and n.call == 0}
+    if "bound_to_closest" in noted:
+        return "by content, to the closest recording: no recorded first request matched its own in every part"
+    if "bound_by_arrival" in noted:
+        return "by content, among twins in recorded order: their first requests are alike"
     if state.settings.bind == "content":
         return "by content: its first request matched"
     return "in first-call order"

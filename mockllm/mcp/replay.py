@@ -245,7 +245,7 @@ class McpReplay:
             return self._last.get(key, recorded[-1]), None
         if recorded:
             why = (f"{describe(method, params)} was recorded {len(recorded)} time(s) in {self.log.file}; this is "
-                   f"call {len(recorded) + 1} of it")
+                   f"one call more than were recorded")
             return None, self._miss(method, params, session, number, why, nearest=describe(method, params))
         return None, self._miss(method, params, session, number, "no recorded call matches it")
 

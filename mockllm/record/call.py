@@ -35,6 +35,7 @@ class ObservedCall:
     arrival: int = 0
     offers_tools: bool = False  # the request offered tools (a title call offers none)
     system: str | None = None  # its system prompt, read for a session's first call only
+    tools: frozenset[str] | None = None  # the names of the tools it offered (None: no `tools`), ditto
     # What the provider sent, as it sent it (`wire.recorded`): the dialect, and its stream's
     # events or its whole answer's body.
     dialect: str | None = None
@@ -63,11 +64,12 @@ class ObservedCall:
 
 
 def observe(messages: list[Message], started: int, *, arrival: int = 0, offers_tools: bool = False,
-            system: str | None = None) -> ObservedCall:
+            system: str | None = None, tools: frozenset[str] | None = None) -> ObservedCall:
     """A call about to be made with `messages` (the whole conversation, or only its messages after
     the last assistant message, `Request.tail`: either gives the same): its new inputs and whether
     it starts a turn."""
-    call = ObservedCall([], False, started, arrival=arrival, offers_tools=offers_tools, system=system)
+    call = ObservedCall([], False, started, arrival=arrival, offers_tools=offers_tools, system=system,
+                        tools=tools)
     read_inputs(call, messages)
     return call
 

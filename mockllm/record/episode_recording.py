@@ -21,6 +21,7 @@ from aiohttp import web
 from mockllm.dsh.chunks import Failure
 from mockllm.dsh.header import InheritedEventCount, SessionHeader
 from mockllm.dsh.names import SIDECAR_FILE
+from mockllm.numbering import call_name
 from mockllm.record.call import ObservedCall
 from mockllm.record.episodes import (
     LiveSession,
@@ -139,7 +140,7 @@ class EpisodeRecording(RunRecording):
                 continued_log(session.path, session.served, calls, self.redactor))
             if session.file == primary.file and self._primarys_sidecar():
                 trim_sidecar(self.staging / SIDECAR_FILE, session.served)
-            continued.append(f"{session.file} from call {session.served + 1}")
+            continued.append(f"{session.file} from {call_name(session.served)}")
         number = next_child_number(self.staging)
         created = max((s.created_at for s in self.scenario.sessions), default=0)
         written: dict[str, Path] = {}  # a new session's live id -> its log, for the forks made of it
@@ -163,7 +164,7 @@ class EpisodeRecording(RunRecording):
             entries: list[Entry] = [ChunksEntry(redact_chunks(self.redactor, [c.chunk for c in call.chunks]))
                                     for call in sorted(calls, key=lambda c: c.arrival)]
             file = continue_route(self.staging, self.folder, route, entries)
-            continued.append(f"side route {model} ({file}) from call {len(route.entries) + 1}")
+            continued.append(f"side route {model} ({file}) from {call_name(len(route.entries))}")
         if self.counts:  # the counts it had, then the new ones (a request it had is never sent upstream)
             kept = {request_key(p.request): (p.request, p.response) for p in read_counts(self.staging)}
             new = {k: pair for k, pair in self.counts.items() if k not in kept}

@@ -44,6 +44,7 @@ from mockllm.dsh.names import (
 from mockllm.dsh.reader import CallChunk, Event, parse_log
 from mockllm.dsh.writer import EventLike, encode_rows
 from mockllm.errors import RecordError
+from mockllm.numbering import call_name
 from mockllm.record.call import ObservedCall
 from mockllm.record.events import SessionEvents
 from mockllm.record.redact import Redactor
@@ -94,7 +95,7 @@ def continued_log(path: Path, served: int, calls: list[ObservedCall], redactor: 
     if kept_calls:
         last = recorded[kept_calls - 1]
         if last.turn is None:
-            raise RecordError(f"{path}: its call {kept_calls} is a compaction; new_episodes cannot continue "
+            raise RecordError(f"{path}: its {call_name(kept_calls - 1)} is a compaction; new_episodes cannot continue "
                               "the session after it: re-record the scenario with record mode rewrite")
         end = max(i for i, e in enumerate(events) if e.line <= last.line) + 1
         while end < len(events) and events[end].type in _ANSWER_EVENTS:

@@ -2,10 +2,11 @@
 
 A call is written as dsh writes it: a new turn opens with `turn/start` and the user's messages;
 the tool results a request carries answer the open step (`tool/result`, then `step/end`); the
-session's first call is preceded by a `request/header` holding its system prompt, as dsh writes
-one (`{"header": {"system": …}, "reason": "initial"}`: replay binds subagents that were asked the
-same thing by it); then `step/start`, the answer's `assistant/chunk`s (each at the time it arrived), `assistant/message`
-and a `tool/call` per tool call. An answer that calls tools leaves its step open for the results
+session's first call is preceded by a `request/header` holding its system prompt and the names of
+the tools it offered, as dsh writes one (`{"header": {"system": …, "tools": […]}, "reason":
+"initial"}`: replay binds subagents that were asked the same thing by them); then `step/start`,
+the answer's `assistant/chunk`s (each at the time it arrived), `assistant/message` and a
+`tool/call` per tool call. An answer that calls tools leaves its step open for the results
 the next request brings; any other answer ends its step and its turn at once, so a fork made
 later inherits the turn as soon as it is complete (the seed is every event up to the last
 `turn/end`).
@@ -73,8 +74,13 @@ class SessionEvents:
         for message in user_messages:
             self._add(rows, USER_MESSAGE, t0, {"content": [{"type": "text", "text": redactor.text(message.text)}],
                                                "source": {"kind": "user"}})
-        if self.calls == 0 and call.system is not None:
-            self._add(rows, REQUEST_HEADER, t0, {"header": {"system": redactor.text(call.system)}, "reason": "initial"})
+        if self.calls == 0 and (call.system is not None or call.tools is not None):
+            header: dict[str, Any] = {}
+            if call.system is not None:
+                header["system"] = redactor.text(call.system)
+            if call.tools is not None:  # names only: enough to tell twins apart, and small
+                header["tools"] = sorted(call.tools)
+            self._add(rows, REQUEST_HEADER, t0, {"header": header, "reason": "initial"})
         self.step += 1
         self._add(rows, STEP_START, t0, {"turn": self.turn, "step": self.step})
         self.step_open = True

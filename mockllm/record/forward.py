@@ -233,6 +233,7 @@ class Forwarder:
                 target.call.offers_tools = offers_tools(target.request)
                 # Only a session's first call writes it (`events`): read for every call, off every path.
                 target.call.system = system_text(target.request.messages)
+                target.call.tools = target.request.offered_tools
             yield from work(*args)
         except Exception:  # a bug, a closed tree: it must not end the recording of other calls
             log.exception("a forwarded call could not be recorded")

@@ -106,7 +106,8 @@ class Recorder:
                 first = caller.side_route is None and caller.session not in self.tree.sessions
                 target = Target(caller, observe(neutral.tail, started, arrival=arrival,
                                                 offers_tools=offers_tools(neutral),
-                                                system=system_text(neutral.messages) if first else None))
+                                                system=system_text(neutral.messages) if first else None,
+                                                tools=neutral.offered_tools if first else None))
         return await self.forwarder.forward(request, url, body, dialect, target, exchange)
 
     async def count_tokens(self, request: web.Request, *, body: bytes | None = None,

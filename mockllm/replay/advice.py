@@ -10,10 +10,12 @@ import json
 import shlex
 from collections.abc import Iterable
 
+from mockllm.numbering import call_name, calls_name
 from mockllm.replay.binding import Binding
 from mockllm.replay.conversations import ConversationIndex
 from mockllm.scenario.load import Scenario, SessionScript
 from mockllm.scenario.side_routes import SideRoute
+from mockllm.script.entries import Entry
 from mockllm.wire.request import Message, Request
 
 
@@ -36,8 +38,8 @@ def new_run(scenario: Scenario, origin: str) -> str:
 def exhausted(run_id: str, scenario: Scenario, session: SessionScript, live_id: str, call: int,
               default: bool, origin: str = "") -> str:
     """A call past the end of `session`'s script (410 `script_exhausted`)."""
-    message = (f"run {run_id}: session {session.file} (recorded id {session.id}, live id {live_id}) made call "
-               f"{call + 1} but its script has {len(session.entries)} entries")
+    message = (f"run {run_id}: session {session.file} (recorded id {session.id}, live id {live_id}) made "
+               f"{call_name(call)} but its script has {len(session.entries)} entries ({_indexes(session.entries)})")
     if default:
         return message + (f". This is scenario {scenario.name}'s default run, and it is spent: start over "
                           f"with {start_over(run_id, origin)} (the next request gets a fresh default run), "
@@ -49,9 +51,9 @@ def exhausted(run_id: str, scenario: Scenario, session: SessionScript, live_id: 
 
 def side_exhausted(run_id: str, side: SideRoute, call: int) -> str:
     """A side route asked past the end of its script (410 `script_exhausted`)."""
-    return (f"run {run_id}: side route {side.model!r} ({side.file}) got call {call + 1} but its script has "
-            f"{len(side.entries)} entries; add entries to {side.file}, or set \"repeat\": true in mockllm.json "
-            "to serve its last entry again")
+    return (f"run {run_id}: side route {side.model!r} ({side.file}) got {call_name(call)} but its script "
+            f"has {len(side.entries)} entries ({_indexes(side.entries)}); add entries to {side.file}, or set "
+            "\"repeat\": true in mockllm.json to serve its last entry again")
 
 
 def unrecorded(run_id: str, scenario: Scenario, bindings: Iterable[Binding], live_id: str,
@@ -81,6 +83,10 @@ def unrecorded(run_id: str, scenario: Scenario, bindings: Iterable[Binding], liv
         f"{_gist(expected)}, this request has {_gist(got)}. The usual cause is a turn sent without the "
         "history before it (send the whole conversation every call); a subagent of its own needs its own "
         "x-mockllm-session header")
+
+
+def _indexes(entries: list[Entry]) -> str:
+    return "none" if not entries else calls_name(0, len(entries) - 1)
 
 
 def _gist(message: Message | None, limit: int = 80) -> str:

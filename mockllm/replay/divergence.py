@@ -6,7 +6,9 @@ messages after its last assistant message, in the neutral form conversation rout
 are compared (`compare`: user messages in order, tool results by the id of the call they answer)
 after masking volatile spans on both sides (`normalize.py`: the run's `--ignore-input REGEX` and
 the built-in UUIDs, dates, durations, temp folders) and putting the run's `cwd` for `{{cwd}}` in
-the recorded side. A served entry that calls a tool the request does not offer is a divergence
+the recorded side. Tool results that differ only by `<system-reminder>` blocks (a harness's own
+notes, which Claude Code appends when it decides to) agree, unless the run is strict; the run
+notes it. A served entry that calls a tool the request does not offer is a divergence
 too. A report names the session, the call, which input, what was expected and what came, and a
 short diff of the masked texts.
 
@@ -20,8 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
+from mockllm.numbering import call_name
 from mockllm.options import RunSettings
-from mockllm.replay.normalize import Mask, masked
+from mockllm.replay.normalize import REMINDER_TAG, Mask, masked, without_reminders
 from mockllm.scenario.load import Scenario
 from mockllm.script.inputs import Input
 from mockllm.script.templates import CWD
@@ -43,8 +46,8 @@ class Divergence(NamedTuple):
     diff: str
 
     def message(self, run: str) -> str:
-        return (f"run {run}: session {self.file} (live id {self.live_id}) call {self.call + 1} diverged from the "
-                f"recording at {self.what}: expected {self.expected!r}, got {self.got!r}"
+        return (f"run {run}: session {self.file} (live id {self.live_id}) {call_name(self.call)} diverged from "
+                f"the recording at {self.what}: expected {self.expected!r}, got {self.got!r}"
                 + (f"; diff: {self.diff}" if self.diff else ""))
 
 
@@ -66,6 +69,8 @@ class Comparison(NamedTuple):
     masks: tuple[Mask, ...] = ()
     cwd: str | None = None
     model_ids: frozenset[str] = frozenset()
+    # Tool results agree when they differ only by `<system-reminder>` blocks (RunSettings.loose_reminders).
+    loose_reminders: bool = False
 
 
 class Mismatch(NamedTuple):
@@ -137,7 +142,18 @@ def describe(mismatch: Mismatch, how: Comparison) -> tuple[str, str, str, str]:
 
 
 def _same_text(want: Input, have: Input, how: Comparison) -> bool:
-    return same_text(want.text, have.text, how)
+    if same_text(want.text, have.text, how):
+        return True
+    return (how.loose_reminders and want.role == "tool" and (REMINDER_TAG in want.text or REMINDER_TAG in have.text)
+            and same_text(without_reminders(want.text), without_reminders(have.text), how))
+
+
+def reminders_differ(recorded: Sequence[Input], live: Sequence[Input], how: Comparison) -> bool:
+    """Whether inputs that agree loosely (`how.loose_reminders`) would differ compared exactly: a
+    `<system-reminder>` block made the difference, which the run notes."""
+    if not how.loose_reminders or not any(REMINDER_TAG in i.text for i in (*recorded, *live) if i.role == "tool"):
+        return False
+    return compare(recorded, live, how._replace(loose_reminders=False)) is not None
 
 
 def same_text(recorded: str, live: str, how: Comparison) -> bool:
@@ -215,28 +231,40 @@ def tool_not_offered(called: Sequence[str], offered: frozenset[str] | None) -> s
     return next((name for name in called if name not in offered), None)
 
 
+class Checked(NamedTuple):
+    """What comparing one request with its recorded call found: the divergence, if any; whether
+    framework-made tool results were matched by position; whether a `<system-reminder>` block in a
+    tool result was left out to make them agree."""
+
+    divergence: Divergence | None
+    framework: bool = False
+    reminders: bool = False
+
+
 def diverged(scenario: Scenario, settings: RunSettings, script: int, call: int, live_id: str, request: Request,
-             describe_it: bool) -> tuple[Divergence | None, bool]:
-    """How a request differs from what was recorded before call `call` of `script` (None: it does
-    not), and whether framework-made tool results were matched by position on the way.
+             describe_it: bool) -> Checked:
+    """How a request differs from what was recorded before call `call` of `script` (see `Checked`).
     `describe_it` False leaves expected, got and diff empty (only a report's first per session
     needs them)."""
     session = scenario.sessions[script]
     inputs = session.inputs[call] if call < len(session.inputs) else None
-    framework = False
+    framework = reminders = False
     if inputs:  # a call recorded with no inputs of its own (a retry) is not compared
         recorded = inputs.items
-        how = Comparison(settings.masks, settings.cwd, scenario.model_ids(script))
-        mismatch = compare(recorded, live_inputs(request.tail), how)
+        how = Comparison(settings.masks, settings.cwd, scenario.model_ids(script), settings.loose_reminders)
+        live = live_inputs(request.tail)
+        mismatch = compare(recorded, live, how)
         if mismatch is not None:
             found = describe(mismatch, how) if describe_it else (mismatch.what, "", "", "")
-            return Divergence("input", session.file, live_id, call, *found), False
+            return Checked(Divergence("input", session.file, live_id, call, *found))
         framework = framework_results(recorded, how) > 0
+        reminders = reminders_differ(recorded, live, how)
     called = scenario.tools_called(script, call)
     if called:
         offered = request.offered_tools
         missing = tool_not_offered(called, offered)
         if missing is not None and offered is not None:
-            return Divergence("tool", session.file, live_id, call, f"the tool {missing!r} the recorded call uses",
-                              missing, "offered: " + (", ".join(sorted(offered)) or "no tools"), ""), framework
-    return None, framework
+            return Checked(Divergence("tool", session.file, live_id, call, f"the tool {missing!r} the recorded call "
+                                      "uses", missing, "offered: " + (", ".join(sorted(offered)) or "no tools"), ""),
+                           framework, reminders)
+    return Checked(None, framework, reminders)

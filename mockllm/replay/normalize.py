@@ -2,8 +2,9 @@
 
 Built in (on by default; `--normalize false` turns them off): UUIDs, hex ids, ISO dates and
 times, measured durations and temporary folders. Real agents put them in every tool result:
-Claude Code's subagent results end `agentId: a6538a2 … duration_ms: 24737`, Codex's shell
-results carry `"duration_seconds": 0.4` or `Wall time: 0.4 seconds`. A run's own
+Claude Code's subagent results end `agentId: a6538a2 … duration_ms: 24737`, its background
+tasks' notices carry `<duration_ms>287</duration_ms>`, Codex's shell results carry
+`"duration_seconds": 0.4` or `Wall time: 0.4 seconds`. A run's own
 `--ignore-input REGEX` masks come first. Each kind of span becomes its own placeholder on both sides (`<uuid>`,
 `<datetime>`…; a user mask becomes `<ignored>`), so a report's expected / got / diff show where
 the masked spans were, and two texts that differ only there compare equal.
@@ -31,6 +32,8 @@ BUILTIN: tuple[Mask, ...] = (
     # A duration by its name, whatever its unit: `duration_ms: 24737`, `"duration_seconds": 0.4`,
     # `elapsed=3` (from the name on: a search for two words is cheap, a word around them is not).
     (re.compile(r"(?:duration|elapsed)\w*\"?\s*[:=]\s*\d+(?:\.\d+)?"), "<duration>"),
+    # The same as an XML element: Claude Code's background-task notices, `<duration_ms>287</duration_ms>`.
+    (re.compile(r"(<(?:duration|elapsed)\w*>)\s*\d+(?:\.\d+)?\s*(?=</)"), r"\1<duration>"),
     (re.compile(r"\b\d+(?:\.\d+)?\s?ms\b"), "<ms>"),
     # Seconds: `Wall time: 0.4 seconds`, `took 12s`, `3.5 sec`.
     (re.compile(r"\b\d+(?:\.\d+)?(?:\s?(?:secs?|seconds?)|s)\b"), "<seconds>"),
@@ -70,3 +73,16 @@ def _mask(text: str, masks: tuple[Mask, ...]) -> str:
 
 
 _masked_remembered = functools.lru_cache(maxsize=CACHED)(_mask)
+
+
+# A `<system-reminder>` block, with the blank space before it: Claude Code appends one (a context-budget
+# note, a reminder of the task list) to a tool result when it decides to, so the same result comes
+# with it in one run and without it in the next.
+REMINDER = re.compile(r"\s*<system-reminder>.*?</system-reminder>", re.DOTALL)
+REMINDER_TAG = "<system-reminder>"
+
+
+def without_reminders(text: str) -> str:
+    """`text` without its `<system-reminder>` blocks, and without the blank space at its end (what
+    was around a block appended last): a tool result, compared loosely by default."""
+    return REMINDER.sub("", text).rstrip()

@@ -16,6 +16,7 @@ import msgspec
 
 from mockllm.errors import MockllmError
 from mockllm.mcp.replay import McpCall
+from mockllm.numbering import call_name, calls_name
 
 if TYPE_CHECKING:  # the API decodes reports without the replay machinery: Run is only a type here
     from mockllm.replay.run import Run
@@ -89,8 +90,11 @@ class FaultServed(msgspec.Struct, frozen=True):
 
 
 class Notice(msgspec.Struct, frozen=True):
-    """Worth knowing, and fails nothing: a session bound by arrival for want of a match
-    (`bound_by_arrival`), framework-made tool-call ids matched by position (`framework_ids`)."""
+    """Worth knowing, and fails nothing: twins told apart by recorded order only (`bound_by_arrival`),
+    a session bound to the closest recording for want of a match in every part (`bound_to_closest`),
+    framework-made tool-call ids matched by position (`framework_ids`), a tool result that agreed
+    only without a `<system-reminder>` block (`reminder_ignored`), a recorded tool call cut
+    mid-arguments rendered with empty arguments (`cut_tool_call`). `call` is 0-based."""
 
     kind: str
     session: str  # the recorded session file
@@ -188,8 +192,8 @@ class RunReport(msgspec.Struct, frozen=True):
         head += f"{len(problems)} problem(s)" if problems else "replayed as recorded"
         if self.divergences and self.divergence == "fail":  # under "warn" they are listed below, and fail nothing
             first = self.divergences[0]
-            head += (f"; {self.diverged_calls} call(s) differed from the recording, first {first.session} call "
-                     f"{first.call + 1} at {first.what}")
+            head += (f"; {self.diverged_calls} call(s) differed from the recording, first {first.session} "
+                     f"{call_name(first.call)} at {first.what}")
         lines = [head, *("  " + p for p in problems)]
         if self.divergences:  # why it went wrong, most often: where the agent's requests changed
             lines.append("  where requests first differed from the recording"
@@ -197,7 +201,7 @@ class RunReport(msgspec.Struct, frozen=True):
             lines += [f"    {_divergence_line(d)}" for d in self.divergences]
         if self.faults:
             lines.append(f"  faults served as asked: {len(self.faults)}")
-            lines += [f"    {f.file} call {f.call + 1}: {f.fault}" for f in self.faults]
+            lines += [f"    {f.file} {call_name(f.call)}: {f.fault}" for f in self.faults]
         if self.went_live:
             lines.append("  went live (new_episodes: the upstream answered these sessions from then on):")
             lines += [f"    {_went_live_line(w)}" for w in self.went_live]
@@ -205,7 +209,7 @@ class RunReport(msgspec.Struct, frozen=True):
             lines.append(f"  recording ({self.recording.mode}): {self.recording.message}")
         if self.notices:  # worth knowing, fails nothing
             lines.append("  notes:")
-            lines += [f"    {n.session} (live id {n.live_id}) call {n.call + 1}: {n.message}" for n in self.notices]
+            lines += [f"    {n.session} (live id {n.live_id}) {call_name(n.call)}: {n.message}" for n in self.notices]
         if self.mcp:
             lines.append(f"  MCP calls: {len(self.mcp)}")
             lines += [f"    {c.server}: {c.what}" + (f" (line {c.line})" if c.line else "")
@@ -330,31 +334,27 @@ def _side_routes(run: Run) -> list[SideRouteReport]:
 # --- the words ----------------------------------------------------------------------------------
 
 
-def _calls(first: int, last: int) -> str:
-    return f"call {first}" if first == last else f"calls {first}-{last}"
-
-
 def _failure_line(failure: Failure, file: str | None) -> str:
     where = f"session {file} (live id {failure.session})" if file else f"live session {failure.session}"
-    call = f", call {failure.call + 1}" if failure.call is not None else ""
+    call = f", {call_name(failure.call)}" if failure.call is not None else ""
     return f"failure {failure.code} in {where}{call}: {failure.message}"
 
 
 def _unconsumed_line(s: SessionReport) -> str:
-    served = f"served {_calls(1, s.served)}" if s.served else "never called"
+    served = f"served {calls_name(0, s.served - 1)}" if s.served else "never called"
     return f"unconsumed: session {s.file} ({s.kind}, recorded id {s.id}) {served}; " \
-           f"{_calls(s.served + 1, s.entries)} of {s.entries} not requested"
+           f"{calls_name(s.served, s.entries - 1)} of {s.entries} not requested"
 
 
 def _divergence_line(d: DivergenceReport) -> str:
     diff = f" ({d.diff})" if d.diff else ""
-    return f"session {d.session} (live id {d.live_id}) call {d.call + 1}, {d.what}: expected {d.expected!r}, " \
+    return f"session {d.session} (live id {d.live_id}) {call_name(d.call)}, {d.what}: expected {d.expected!r}, " \
            f"got {d.got!r}{diff}"
 
 
 def _went_live_line(w: WentLive) -> str:
     where = f"session {w.session}" if w.session else "a session the recording does not have"
-    return f"{where} (live id {w.live_id}) from call {w.call + 1}: {w.code}: {w.why}"
+    return f"{where} (live id {w.live_id}) from {call_name(w.call)}: {w.code}: {w.why}"
 
 
 def _session_line(s: SessionReport) -> str:

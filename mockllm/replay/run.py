@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from mockllm.errors import ReplayFailure, TemplateError
 from mockllm.mcp.replay import McpRun
+from mockllm.numbering import call_name
 from mockllm.options import Headerless, RunSettings
 from mockllm.replay import advice
 from mockllm.replay.binding import Binding, Bindings
@@ -49,6 +50,7 @@ from mockllm.scenario.load import Scenario
 from mockllm.script.entries import HangEntry
 from mockllm.wire.dialect import Dialect
 from mockllm.wire.request import Request
+from mockllm.wire.whole_calls import cut_calls
 
 log = logging.getLogger("mockllm")
 
@@ -82,7 +84,8 @@ class Run:
     recording: bool = False  # records from scratch: every call goes to the upstream (once, rewrite)
     episodes: bool = False  # new_episodes: what the recording cannot serve goes to the upstream
     went_live: LiveSessions = field(init=False)
-    _framework_noted: set[int] = field(default_factory=set)
+    # (notice kind, script, call) already noted; call -1 for a notice made once per session.
+    _noted: set[tuple[str, int, int]] = field(default_factory=set)
     _bindings: Bindings = field(init=False)
     _faults: FaultPlan = field(init=False)
     _pending: list[tuple[Assignment, Request, CallRecord]] = field(default_factory=list)  # answered, not compared
@@ -168,16 +171,18 @@ class Run:
             if fault.status is not None:
                 record.status = fault.status
                 return Whole(record, fault.status, dialect.error_body(
-                    f"mockllm fault: {record.fault} at {file} call {index + 1}", None, fault.status),
+                    f"mockllm fault: {record.fault} at {file} {call_name(index)}", None, fault.status),
                     fault_headers(fault), (fault.delay_ms or 0) / 1000)
         try:
             reply = self.catalog.reply(dialect, script, index, request, self.cwd)
         except TemplateError as exc:
             unmatched = self.fail(ReplayFailure(
-                422, "from_request_unmatched", f"run {self.id}: {file} call {index + 1}: {exc}", live_id, index))
+                422, "from_request_unmatched", f"run {self.id}: {file} {call_name(index)}: {exc}", live_id, index))
             record.status, record.error = 422, unmatched.code
             return Refusal(record, 422, unmatched.code, unmatched.message)
         record.status = reply.status
+        if dialect.whole_calls and side is None:
+            self._note_cut_calls(script, index, live_id)
         delay = (fault.delay_ms or 0) / 1000 if fault is not None else 0.0
         if reply.status != 200:
             # A replayed provider error: exactly as the provider sent it, so an SDK may retry as it did.
@@ -253,7 +258,7 @@ class Run:
                 session = self.scenario.sessions[binding.script]
                 return Assignment(binding.script, call, session, live_id, retry=True)
         if binding is None:
-            script, by_arrival = self._bindings.choose(live_id, request, self.settings)
+            script, noted = self._bindings.choose(live_id, request, self.settings)  # noted once it binds
             if script is None:
                 why = advice.unrecorded(self.id, self.scenario, self._bindings, live_id, request, self._conversations,
                                         self.default and self.consumed,
@@ -263,13 +268,8 @@ class Run:
                     return self.went_live.go(live_id, None, 0, "unrecorded_session", why)
                 raise self.fail(ReplayFailure(404, "unrecorded_session", why, live_id, 0))
             cursor = 0
-            if by_arrival:
-                self.notices.append(Notice(
-                    "bound_by_arrival", self.scenario.sessions[script].file, live_id, 0,
-                    "no unbound session's first recorded call matches its first request: bound in first-call "
-                    "order"))
         else:
-            script, cursor = binding.script, binding.cursor
+            script, cursor, noted = binding.script, binding.cursor, None
         session = self.scenario.sessions[script]
         if cursor >= len(session.entries):
             message = advice.exhausted(self.id, self.scenario, session, live_id, cursor, self.default,
@@ -292,7 +292,10 @@ class Run:
                     "the session's cursor stays where it was (UUIDs, dates, durations and temp folders are masked "
                     "already; mask other volatile spans with --ignore-input REGEX)",
                     live_id, cursor))
-        binding = binding or self._bindings.bind(script, live_id)
+        if binding is None:
+            binding = self._bindings.bind(script, live_id)
+            if noted is not None:  # how it was bound: said once, when it is (a refused first call binds nothing)
+                self.notices.append(Notice(noted[0], self.scenario.sessions[script].file, live_id, 0, noted[1]))
         attempt, fault = self._faults.attempt(script, cursor)
         if attempt:
             binding.retries += 1  # the call before it met a status or cut fault: this repeats it
@@ -368,14 +371,35 @@ class Run:
         Described in full only when it will be reported (the session's first, or a refusal under
         strict): otherwise expected, got and diff stay empty."""
         describe = script not in self.divergences or self.settings.strict
-        divergence, framework = diverged(self.scenario, self.settings, script, call, live_id, request, describe)
-        if framework and script not in self._framework_noted:
-            self._framework_noted.add(script)
+        divergence, framework, reminders = diverged(self.scenario, self.settings, script, call, live_id, request,
+                                                    describe)
+        if framework and ("framework_ids", script, -1) not in self._noted:
+            self._noted.add(("framework_ids", script, -1))
             self.notices.append(Notice(
                 "framework_ids", self.scenario.sessions[script].file, live_id, call,
                 "tool results for calls the recorded model never made (a framework's own) were matched by "
                 "position among themselves, their ids ignored"))
+        if reminders and ("reminder_ignored", script, -1) not in self._noted:
+            self._noted.add(("reminder_ignored", script, -1))
+            self.notices.append(Notice(
+                "reminder_ignored", self.scenario.sessions[script].file, live_id, call,
+                "a tool result agreed with the recording only without its <system-reminder> block(s), a note the "
+                "agent's harness adds when it decides to; left out of the comparison (--strict compares them "
+                "too)"))
         return divergence
+
+    def _note_cut_calls(self, script: int, call: int, live_id: str) -> None:
+        """Note once per run and call a recorded tool call cut mid-arguments, sent with `{}` by a wire
+        that carries arguments as an object (`whole_calls`)."""
+        if ("cut_tool_call", script, call) in self._noted:
+            return
+        self._noted.add(("cut_tool_call", script, call))
+        cut = cut_calls(self.scenario.sessions[script].entries[call])
+        if cut:
+            self.notices.append(Notice(
+                "cut_tool_call", self.scenario.sessions[script].file, live_id, call,
+                f"tool call(s) {', '.join(cut)} recorded cut mid-arguments (not a JSON object; max tokens, most "
+                "often): sent with empty arguments {}, the only form this dialect's clients accept"))
 
     def _note_pacing(self, file: str, call: int, served: str, why: str) -> None:
         """Say once per run and call how pacing served it; the log says it once per run and file."""
@@ -383,7 +407,7 @@ class Run:
         if key in self.pacing:
             return
         if not any(f == file for f, _ in self.pacing):
-            log.warning("run %s: %s call %d: %s", self.id, file, call + 1, why)
+            log.warning("run %s: %s %s: %s", self.id, file, call_name(call), why)
         self.pacing[key] = PacingNote(file, call, served, why)
 
     def fail(self, failure: ReplayFailure) -> ReplayFailure:

@@ -49,6 +49,7 @@ class SessionScript:
     inputs: list[RecordedInputs | None] = field(default_factory=list)
     timed: list[int | None] = field(default_factory=list)
     system: str | None = None  # its first call's system prompt, when the log names it (binds twins)
+    tools: frozenset[str] | None = None  # the names of the tools its first call offered, when the log names them
     path: Path | None = None
     # Per entry, what the provider sent for it, where the recorder kept it (`envelopes.jsonl`);
     # empty when nothing was kept (a dsh corpus, an older recording).
@@ -328,7 +329,8 @@ def _session_script(file: Path, sidecar: Sidecar | None, keep_logs: bool, *, pri
     return SessionScript(
         id=header.id, file=file.name, parent=header.parent_session, kind=script.kind, cut=header.cut,
         events=len(log.events), created_at=header.created_at, entries=script.entries, header=header,
-        inputs=script.inputs, timed=script.timed, system=script.system, path=file,
+        inputs=script.inputs, timed=script.timed, system=script.system, tools=script.tools,
+        path=file,
         model=recorded_model(log), log=log if keep_logs else None,
     )
 

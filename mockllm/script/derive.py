@@ -68,6 +68,7 @@ class RecordedCall:
     chunks: list[StreamChunk] = field(default_factory=list)
     inputs: RecordedInputs | None = None
     system: str | None = None  # the system prompt a `request/header` logged since the last call names
+    tools: frozenset[str] | None = None  # the names of the tools that header says the request offered
     # When the call started (its step's start, or the end of the call it retries) and each chunk's
     # time, epoch ms; None for a projected log, which records no times.
     started: float | None = None
@@ -110,6 +111,7 @@ def recorded_calls(events: list[Event], log: SessionLog, *, with_times: bool = F
     raws: list[bytes] = []
     started: float | None = None
     system: str | None = None
+    tools: frozenset[str] | None = None
     for event in events:
         data = event.data
         if type(data) is CallChunk:
@@ -121,11 +123,11 @@ def recorded_calls(events: list[Event], log: SessionLog, *, with_times: bool = F
                 if current is None:
                     current = open_calls[key] = RecordedCall(
                         data.turn, data.step, event.line, inputs=RecordedInputs.of(kinds, raws), system=system,
-                        started=started if started is not None else event.time,
+                        tools=tools,                        started=started if started is not None else event.time,
                         times=array("d") if with_times and event.time is not None else None)
                     kinds.clear()
                     raws.clear()
-                    system = None
+                    system = tools = None
                     calls.append(current)
                 add_chunk = current.chunks.append
                 timed = current.times is not None
@@ -148,7 +150,7 @@ def recorded_calls(events: list[Event], log: SessionLog, *, with_times: bool = F
         elif event.type == STEP_START:
             started = event.time
         elif event.type == REQUEST_HEADER and isinstance(data, msgspec.Raw):
-            system = _system_of(data)
+            system, tools = _header_of(data)
         elif event.type == COMPACTION_EVENT and isinstance(data, msgspec.Raw):
             compaction = _decode_compaction(data, event, log)
             if compaction.llmStreamCall:
@@ -161,15 +163,33 @@ def recorded_calls(events: list[Event], log: SessionLog, *, with_times: bool = F
     return calls
 
 
-def _system_of(raw: msgspec.Raw) -> str | None:
-    """The system prompt a `request/header` event names (`{"header": {"system": …}}`), if it names one."""
+def _header_of(raw: msgspec.Raw) -> tuple[str | None, frozenset[str] | None]:
+    """The system prompt and offered tools' names a `request/header` event names
+    (`{"header": {"system": …, "tools": […]}}`), where it names them: `tools` as names (what
+    `mockllm record` writes) or as tool definitions (`{"name"}`, `{"function": {"name"}}`)."""
     try:
         data = msgspec.json.decode(raw)
     except msgspec.DecodeError:
-        return None
+        return None, None
     header = data.get("header") if isinstance(data, dict) else None
-    system = header.get("system") if isinstance(header, dict) else None
-    return system if isinstance(system, str) and not _PLACEHOLDER.fullmatch(system) else None
+    if not isinstance(header, dict):
+        return None, None
+    system = header.get("system")
+    return (system if isinstance(system, str) and not _PLACEHOLDER.fullmatch(system) else None,
+            _tool_names(header.get("tools")))
+
+
+def _tool_names(tools: Any) -> frozenset[str] | None:
+    if not isinstance(tools, list):  # absent, or dsh's fixtures' `"{{tools}}"` placeholder
+        return None
+    names = set()
+    for tool in tools:
+        if isinstance(tool, dict):
+            function = tool.get("function")
+            tool = function.get("name") if isinstance(function, dict) else tool.get("name")
+        if isinstance(tool, str):
+            names.add(tool)
+    return frozenset(names)
 
 
 def _ignore(value: object) -> None:
@@ -198,6 +218,7 @@ class DerivedScript:
     inputs: list[RecordedInputs | None]
     timed: list[int | None]  # per entry, the recorded call whose times it replays (None: scripted)
     system: str | None = None  # the system prompt of its first recorded call, when the log names it
+    tools: frozenset[str] | None = None  # the names of the tools its first recorded call offered, when named
 
 
 class Timing(msgspec.Struct, gc=False, frozen=True):
@@ -231,7 +252,9 @@ def derive_script(log: SessionLog | None, sidecar: Sidecar | None, *, primary: b
     inputs: list[RecordedInputs | None] = [calls[n].inputs if n < len(calls) else None for n in range(len(entries))]
     timed: list[int | None] = [n if n < len(calls) and n not in replaced else None for n in range(len(entries))]
     kind: SessionKind = "primary" if primary else ("fork" if log.header.is_seeded else "spawn")
-    return DerivedScript(kind, entries, inputs, timed, calls[0].system if calls else None)
+    first = calls[0] if calls else None
+    return DerivedScript(kind, entries, inputs, timed, first.system if first else None,
+                         first.tools if first else None)
 
 
 def _timing(call: RecordedCall) -> Timing | None:
@@ -247,7 +270,7 @@ def calls_to_entries(calls: list[RecordedCall], log: SessionLog, replaced: set[i
             last = type(call.chunks[-1]).__name__ if call.chunks else "nothing"
             raise RecordingError(
                 log.path, call.line,
-                f"the model call of {call.where} (call {number}) has no final finish chunk "
+                f"the model call of {call.where} (call {number}, 0-based) has no final finish chunk "
                 f"(it ends with {last}); re-record it, or replace it in {SIDECAR_FILE}",
             )
     return [ChunksEntry(call.chunks) for call in calls]

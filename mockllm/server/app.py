@@ -21,6 +21,7 @@ import msgspec
 from aiohttp import web
 
 from mockllm.errors import RecordingError, RequestError
+from mockllm.numbering import call_name
 from mockllm.options import ServeOptions
 from mockllm.replay.outcome import Live
 from mockllm.replay.routing import header_session
@@ -136,9 +137,9 @@ class MockServer:
             if hub.watched:
                 hub.touched(run.id)
             if log.isEnabledFor(logging.INFO):
-                log.info("%s %s %s session %s (%s) call %s: %s %s%.1f ms", run.id, dialect.name, record.kind or "-",
+                log.info("%s %s %s session %s (%s) %s: %s %s%.1f ms", run.id, dialect.name, record.kind or "-",
                          record.session, record.script or "unbound",
-                         "-" if record.call is None else record.call + 1,
+                         "call -" if record.call is None else call_name(record.call),
                          record.status, f"{record.error} " if record.error else "", record.duration_ms or 0.0)
 
     async def models(self, request: web.Request) -> web.Response:

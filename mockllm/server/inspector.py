@@ -94,7 +94,7 @@ class Inspector:
         record = run.journal.numbered(int(number)) if number.isdigit() else None
         if record is None:
             return mock_error(404, "unknown_call", f"run {run.id} keeps no call {number}: its journal keeps calls "
-                              f"{run.journal.dropped} to {run.journal.total - 1}")
+                              f"{run.journal.dropped} to {run.journal.total - 1} (numbered from 0)")
         return web.Response(body=msgspec.json.encode(record.as_dict()), content_type="application/json",
                             charset="utf-8", headers=NO_STORE)
 

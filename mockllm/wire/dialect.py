@@ -155,6 +155,9 @@ class Dialect(ABC):
     path: str  # the route under a `/v1` base, e.g. "/chat/completions" (what `routes` defaults to)
     stream_type: str = SSE  # the Content-Type of a streamed answer
     info_routes: tuple[InfoRoute, ...] = ()  # routes beside the model route (model listings), if any
+    # Its wire carries a tool call's arguments as one object, sent whole (`whole_calls`): a call
+    # recorded cut mid-arguments goes out with `{}`, and the run notes it.
+    whole_calls: bool = False
 
     @property
     def routes(self) -> tuple[str, ...]:

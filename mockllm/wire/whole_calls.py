@@ -5,6 +5,11 @@ them; Gemini's `functionCall` part and Ollama's `tool_calls` carry the arguments
 `WholeCallRender` joins a call's fragments and sends the call once, when its block ends (where a
 provider that sends calls whole sends it: after the model finished writing it), or at the end of
 the call for a block recorded with no `block-end`.
+
+A call recorded cut mid-arguments (max tokens stopped the model while it wrote them) has arguments
+that are not a JSON object. These wires carry an object only (google-genai raises `functionCall.args
+Input should be a valid dictionary`, ollama's client a validation error too), so such a call goes
+out with `{}`; the run notes it (`cut_calls` finds them, `Dialect.whole_calls` says which dialects).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any, cast
 import msgspec
 
 from mockllm.dsh.chunks import Block, BlockEnd, BlockStart, ReasoningDelta, TextDelta, ToolCallDelta
+from mockllm.script.entries import Entry, HangEntry
 from mockllm.wire.envelope import Envelope
 from mockllm.wire.render import CallRender, Reading, Run
 
@@ -38,19 +44,51 @@ class WholeCall:
         return "".join(self.parts)
 
     @property
-    def arguments(self) -> Any:
+    def arguments(self) -> dict[str, Any]:
         return arguments_object(self.text)
 
 
-def arguments_object(text: str) -> Any:
-    """Recorded arguments as the object these wires carry: empty is `{}`; text that is not JSON (a
-    call cut short when recorded) stays a string, so nothing recorded is lost."""
+def arguments_object(text: str) -> dict[str, Any]:
+    """Recorded arguments as the object these wires carry: empty is `{}`, and so is anything that is
+    not a JSON object (a call cut short when recorded), which their clients would refuse."""
     if not text.strip():
         return {}
     try:
-        return msgspec.json.decode(text)
+        value = msgspec.json.decode(text)
     except msgspec.DecodeError:
-        return text
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def cut_calls(entry: Entry) -> tuple[str, ...]:
+    """The names of an entry's tool calls whose recorded arguments are not a JSON object (cut short,
+    most often by max tokens): sent with `{}` by these wires."""
+    if isinstance(entry, HangEntry):
+        return ()
+    parts: dict[int, list[str]] = {}
+    names: dict[int, str] = {}
+    for chunk in entry.chunks:
+        if isinstance(chunk, ToolCallDelta):
+            parts.setdefault(chunk.index, []).append(chunk.argumentsDelta)
+            if chunk.name:
+                names.setdefault(chunk.index, chunk.name)
+        elif isinstance(chunk, BlockEnd) and chunk.block.type == "tool-call":
+            if chunk.block.name:
+                names.setdefault(chunk.index, chunk.block.name)
+            if chunk.index not in parts:  # a block recorded with no deltas: its assembled arguments
+                arguments = chunk.block.arguments
+                parts[chunk.index] = [arguments if isinstance(arguments, str) else msgspec.json.encode(
+                    arguments).decode()]
+    return tuple(names.get(i, "?") for i in sorted(parts) if not _is_object("".join(parts[i])))
+
+
+def _is_object(text: str) -> bool:
+    if not text.strip():
+        return True  # no arguments at all: `{}` is what was meant
+    try:
+        return isinstance(msgspec.json.decode(text), dict)
+    except msgspec.DecodeError:
+        return False
 
 
 class WholeCallRender(CallRender):

@@ -60,7 +60,8 @@ _plain_decoder = msgspec.json.Decoder(_PlainMessage)
 
 
 def chat_message(message: Any) -> Message:
-    """One chat message (decoded, or still raw JSON) in neutral form; `reasoning_content` is dropped."""
+    """One chat message (decoded, or still raw JSON) in neutral form; `reasoning_content` is dropped
+    and a `developer` message reads as `system`."""
     if isinstance(message, msgspec.Raw):
         # Most messages are plain text: a typed decode is several times cheaper than building a
         # dict. Anything else (tool calls, content parts, odd values) takes the general path.
@@ -70,7 +71,7 @@ def chat_message(message: Any) -> Message:
             pass
         else:
             if bytes(plain.tool_calls) in (b"", b"null"):
-                return Message(plain.role, plain.content or "", (), plain.tool_call_id, plain.name)
+                return Message(_role(plain.role), plain.content or "", (), plain.tool_call_id, plain.name)
         message = msgspec.json.decode(message)
     if not isinstance(message, dict):
         return Message(None, _encode(message).decode())
@@ -80,8 +81,15 @@ def chat_message(message: Any) -> Message:
         for call in message.get("tool_calls") or ()
         if isinstance(call, dict)
     )
-    return Message(message.get("role"), text_of(message.get("content")), tool_calls, message.get("tool_call_id"),
-                   message.get("name"))
+    return Message(_role(message.get("role")), text_of(message.get("content")), tool_calls,
+                   message.get("tool_call_id"), message.get("name"))
+
+
+def _role(role: Any) -> Any:
+    """A `developer` message is the system prompt (OpenAI's newer name for it, agno's default), as
+    Responses reads it: two subagents asked the same thing with different developer prompts are
+    told apart by it, and a recording keeps it as the session's system prompt."""
+    return "system" if role == "developer" else role
 
 
 def chat_messages(messages: list[Any]) -> list[Message]:

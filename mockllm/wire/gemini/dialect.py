@@ -11,7 +11,8 @@ How an entry is sent (one recorded delta is one SSE event, fragment boundaries a
   "modelVersion","responseId"}`: text as a `text` part, reasoning as a `text` part with
   `thought: true`, a tool call as a `functionCall` part `{"id"?, "name", "args":{…}}`, whole:
   Gemini sends calls whole, so a recorded call's fragments are joined and it is sent when its
-  block ends (`whole_calls`); `id` only when recorded; arguments that are not JSON stay a string;
+  block ends (`whole_calls`); `id` only when recorded; arguments that are not a JSON object (a call
+  cut mid-arguments when recorded) go out as `{}`, as the SDK accepts only an object;
 - the last event carries an empty text part, `finishReason` and `usageMetadata`: `STOP` for a stop
   and for tool calls (as Gemini says), `MAX_TOKENS`, `SAFETY` for a `CONTENT_FILTER` error, a
   Gemini finish reason recorded as an error code as itself, any other error `OTHER`
@@ -119,6 +120,7 @@ def function_call(call: WholeCall) -> dict[str, Any]:
 
 class Gemini(Dialect):
     name = "gemini"
+    whole_calls = True
     path = "/models/{model}:{verb}"  # under /v1 and /v1beta: see routes
 
     @property

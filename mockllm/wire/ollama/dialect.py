@@ -10,7 +10,8 @@ How an entry is sent (one recorded delta is one line, fragment boundaries are da
 - a tool call as `message.tool_calls[{"id"?, "function":{"index","name","arguments":{…}}}]`, whole:
   Ollama sends calls whole, so a recorded call's fragments are joined and the call is one line,
   when its block ends (`whole_calls`); the recorded id rides along when there is one (the official
-  client ignores it); arguments that are not JSON stay the recorded string;
+  client ignores it); arguments that are not a JSON object (a call cut mid-arguments when
+  recorded) go out as `{}`, as the official client accepts only an object;
 - the last line is `done: true` with `done_reason` (`stop` for a stop and for tool calls, as Ollama
   says; `length` for max tokens; an `error` finish's code lowercased, `EMPTY_RESPONSE` a bare stop)
   and, when recorded, `prompt_eval_count` (input + cache reads) and `eval_count` (output);
@@ -123,6 +124,7 @@ def version(models: Sequence[str], body: bytes) -> tuple[int, bytes]:
 
 class Ollama(Dialect):
     name = "ollama"
+    whole_calls = True
     path = "/api/chat"  # not under /v1: see routes
     stream_type = NDJSON
     info_routes = (InfoRoute("GET", "/api/tags", tags), InfoRoute("POST", "/api/show", show),
