@@ -25,6 +25,7 @@ from mockllm.record.proxy import Recorder, create_app
 from mockllm.record.redact import Redactor
 from mockllm.record.tree import SessionTree
 from mockllm.record.upstream import Upstream
+from mockllm.shown_url import shown_url
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +100,7 @@ def record_forever(options: RecordOptions) -> int:
 
 async def _record(options: RecordOptions) -> None:
     recorder = await start_recorder(options)
-    banner = [f"mockllm recording to {options.out}, forwarding to {options.upstream}, on {recorder.base_url}",
+    banner = [f"mockllm recording to {options.out}, forwarding to {shown_url(options.upstream)}, on {recorder.base_url}",
               f"  {recorder.base_url}/v1"]
     try:
         await serve_until_signalled(recorder, banner)

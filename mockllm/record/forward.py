@@ -36,8 +36,11 @@ from multidict import CIMultiDict
 
 from mockllm.dsh.chunks import Failure, FinishChunk, FinishReason
 from mockllm.record.call import ObservedCall, TimedChunk, read_inputs
+from mockllm.record.redact import Redactor
 from mockllm.record.tree import Caller, Failed
 from mockllm.record.upstream import Answer, Exchange, Upstream, UpstreamCut, UpstreamError
+from mockllm.shown_headers import header_secrets
+from mockllm.shown_url import shown_url, url_secrets
 from mockllm.wire import DEFAULT
 from mockllm.wire.dialect import Dialect, FrameReader, SSEEvent, StreamDecoder
 from mockllm.wire.request import Request, system_text
@@ -59,7 +62,9 @@ def now_ms() -> int:
 
 
 class Sink(Protocol):
-    """Where forwarded calls are recorded (`tree.SessionTree` has these three)."""
+    """Where forwarded calls are recorded (`tree.SessionTree` has these), masking what its `redactor` masks."""
+
+    redactor: Redactor
 
     def record(self, caller: Caller, call: ObservedCall) -> None: ...
 
@@ -113,7 +118,9 @@ class Forwarder:
 
     def start(self, request: web.Request, url: str, body: bytes) -> Exchange:
         """Begin forwarding a request: sent now if a kept-alive connection to its upstream is idle
-        (`Upstream.start`), so the caller's own work on it overlaps the upstream's."""
+        (`Upstream.start`), so the caller's own work on it overlaps the upstream's. The credentials it
+        carries (in its headers, in the URL) are masked from then on wherever the sink writes."""
+        self.sink.redactor.learn([*header_secrets(request.raw_headers), *url_secrets(url)])
         return self.upstream.start(request.method, url, forwarded(request.raw_headers), body)
 
     async def forward(self, request: web.Request, url: str, body: bytes, dialect: Dialect | None,
@@ -134,7 +141,7 @@ class Forwarder:
             upstream = await exchange.answer()
         except UpstreamError as exc:
             # Nothing was answered, so nothing is recorded: the call never happened as far as replay goes.
-            message = f"cannot reach the upstream {url}: {exc}"
+            message = self.sink.redactor.text(f"cannot reach the upstream {shown_url(url)}: {exc}")
             log.warning("mockllm record: %s", message)
             if target is not None:
                 self._failed(target.caller, 502, message)
@@ -287,8 +294,8 @@ class Forwarder:
             self.replies[decoder.reply_id] = caller.session
 
     def _failed(self, caller: Caller, status: int, message: str) -> None:
-        if self.on_failure is not None:
-            self.on_failure(caller, status, message)
+        if self.on_failure is not None:  # a run's failure is shown: a key the upstream echoed is masked
+            self.on_failure(caller, status, self.sink.redactor.text(message))
 
 
 def offers_tools(request: Request) -> bool:

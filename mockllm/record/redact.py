@@ -1,6 +1,8 @@
 """`--redact REGEX` and `--cwd DIR`: rewrite every string the recorder writes.
 
-`--redact` masks secrets with `[REDACTED]`; `--cwd` writes `{{cwd}}` for the agent's working
+`--redact` masks secrets with `[REDACTED]`, and so is every credential the client forwarded in the
+recorded session (`learn`: its headers' values but harmless ones', the upstream URL's user
+information and query values), should the upstream echo one back; `--cwd` writes `{{cwd}}` for the agent's working
 folder, as dsh does, so that a replay serves the run's own folder there (`script.templates`). The
 folder counts only as a whole path: `/work/app` in `/work/app/x.py` or at the end of a sentence
 (`in /work/app.`) is replaced, in `/work/apple`, `/work/app-2` or `/work/app.txt` it is not. It is
@@ -46,9 +48,18 @@ class Redactor:
             # A word character, `-` or `.x` right after it would make it another file's name.
             self.rules.append((re.compile(re.escape(folder) + r"(?![\w-]|\.\w)"), CWD))
         self.rules += [(p if isinstance(p, re.Pattern) else _compile(p), MASK) for p in patterns]
+        self._learned: set[str] = set()  # credentials seen in forwarded requests (`learn`)
 
     def __bool__(self) -> bool:
         return bool(self.rules)
+
+    def learn(self, secrets: Iterable[str]) -> None:
+        """Mask these credentials (as written, literally) from now on: a key the client forwarded may
+        come back in an error body or an answer's content, and must not be written then either."""
+        for secret in secrets:
+            if secret and secret not in self._learned:
+                self._learned.add(secret)
+                self.rules.append((re.compile(re.escape(secret)), MASK))
 
     def text(self, value: str) -> str:
         for pattern, replacement in self.rules:
