@@ -105,6 +105,15 @@ async def _record(options: RecordOptions) -> None:
     try:
         await serve_until_signalled(recorder, banner)
     finally:
-        tree = recorder.tree
-        sessions = ", ".join([*(s.file for s in tree.sessions.values()), *tree.side.files]) or "no sessions"
-        print(f"mockllm stopped; recorded {sessions} in {options.out}", flush=True)
+        print(closing_line(recorder.tree), flush=True)
+
+
+def closing_line(tree: SessionTree) -> str:
+    """What `mockllm record` says when it stops: the files it wrote (only those on disk), and how many
+    writes failed, if any did (their logs keep their `.partial` names; the log said why)."""
+    files = [f for f in (*(s.file for s in tree.sessions.values()), *tree.side.files) if (tree.out / f).is_file()]
+    line = f"mockllm stopped; recorded {', '.join(files) or 'no sessions'} in {tree.out}"
+    if tree.failures:
+        line += (f"; {len(tree.failures)} write(s) failed (first: {tree.failures[0]}): the logs concerned keep "
+                 ".partial names, and the tree may miss calls")
+    return line

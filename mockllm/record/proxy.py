@@ -32,8 +32,8 @@ from mockllm.record.forward import Forwarder, OnFailure, Target, now_ms, offers_
 from mockllm.record.tree import Caller, Lineage, SessionTree
 from mockllm.record.upstream import Exchange, Upstream
 from mockllm.replay.conversations import ConversationIndex
-from mockllm.replay.routing import calling_session, header_session
-from mockllm.wire import DIALECTS
+from mockllm.replay.routing import calling_session, header_session, text_header
+from mockllm.wire import DEFAULT, DIALECTS
 from mockllm.wire.dialect import Dialect
 from mockllm.wire.request import Request, system_text
 
@@ -83,6 +83,12 @@ class Recorder:
         if body is None:
             body = await request.read()
         url = url or self.upstream_url(request.path_qs)
+        try:  # before anything is sent: a session the recording cannot name is refused, not recorded
+            self.check_headers(request.headers)
+        except RequestError as exc:
+            if exchange is not None:
+                exchange.close()
+            return refused(dialect, str(exc))
         if exchange is None:  # sent now on an idle connection: decoding and routing overlap the upstream's work
             exchange = self.forwarder.start(request, url, body)
         if dialect is not None and neutral is None:
@@ -122,6 +128,12 @@ class Recorder:
                 log.warning("%s: count not recorded: %s", request.path, exc)
         return response
 
+    def check_headers(self, headers: Mapping[str, str]) -> None:
+        """Raise RequestError for a session or lineage header that is not UTF-8 (`routing.text_header`):
+        its value would be written in the session's log header, and no log can hold it."""
+        header_session(headers, self.session_headers)
+        text_header(headers, PARENT_HEADER)
+
     def upstream_url(self, path_qs: str) -> str:
         """Where a path of the proxy goes upstream: under `/v1`, the upstream base plus the rest;
         beside it (`/v1beta/…`, `/api/…`), the upstream base without its `/v1` plus the whole path."""
@@ -153,9 +165,22 @@ def counted_pair(body: bytes, response: web.StreamResponse) -> tuple[Any, Any] |
         return None
 
 
+def refused(dialect: Dialect | None, message: str) -> web.Response:
+    """A 400 in the dialect's error shape (OpenAI's for a path no dialect reads), never retried."""
+    body = (dialect or DEFAULT).error_body(f"mockllm record: {message}", "invalid_request", 400)
+    return web.Response(status=400, body=body, content_type="application/json", headers={"x-should-retry": "false"})
+
+
 def lineage_of(headers: Mapping[str, str]) -> Lineage:
-    """What a call's headers say of its session's lineage (`x-mockllm-parent`, `x-mockllm-fork`)."""
-    return Lineage(headers.get(PARENT_HEADER) or None,
+    """What a call's headers say of its session's lineage (`x-mockllm-parent`, `x-mockllm-fork`); a parent
+    that is not UTF-8 text names no session (`Recorder.check_headers` refuses it where it can)."""
+    parent = headers.get(PARENT_HEADER) or None
+    if parent is not None and not parent.isascii():
+        try:
+            parent.encode("utf-8")
+        except UnicodeEncodeError:
+            parent = None
+    return Lineage(parent,
                    headers.get(FORK_HEADER, "").strip().lower() in ("true", "1", "yes"))
 
 

@@ -50,6 +50,7 @@ from mockllm.record.lineage import Layout, SessionFacts, facts_of, lay_out
 from mockllm.record.redact import Redactor, redact_chunks
 from mockllm.record.side import SIDE_PREFIX, SideRoutes, write_json
 from mockllm.scenario.count_tokens import request_key, write_counts
+from mockllm.scenario.load import is_scenario
 from mockllm.script.entries import ChunksEntry, Entry, ThrowEntry
 from mockllm.script.templates import CWD
 
@@ -127,6 +128,10 @@ class SessionTree:
         if taken:
             raise AlreadyRecorded(f"{out} already holds a recording ({', '.join(sorted(taken))}); "
                                   "record into a new or empty folder")
+        held = scenarios_under(out)
+        if held:  # a log beside them would make the whole suite load as one scenario
+            raise AlreadyRecorded(f"{out} is a suite: it holds scenario(s) {', '.join(held[:5])}; record into a "
+                                  f"new folder inside it (--out {out / 'NEW_SCENARIO'})")
 
     @property
     def primary(self) -> RecordedSession | None:
@@ -316,6 +321,19 @@ class SessionTree:
         session.patches.append({"at": session.events.calls - 1, "entry": msgspec.to_builtins(entry)})
         if session is self.primary:
             self._submit(_write_sidecar, self.out / SIDECAR_FILE, list(session.patches))
+
+
+def scenarios_under(folder: Path) -> list[str]:
+    """The scenarios a folder holds, one or two levels down (a suite's groups: DESIGN §6), by name."""
+    found = []
+    for child in sorted(folder.iterdir()):
+        if not child.is_dir() or child.name.startswith("."):
+            continue
+        if is_scenario(child):
+            found.append(child.name)
+        else:
+            found += [f"{child.name}/{g.name}" for g in sorted(child.iterdir()) if g.is_dir() and is_scenario(g)]
+    return found
 
 
 def _append_rows(session: RecordedSession, rows: list[EventLike]) -> None:
