@@ -110,7 +110,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
 
 def scenario_for(item: pytest.Item) -> str:
     """The scenario named after a test: `{file stem}/{test}`, `{test}` as in its node id
-    (`TestClass.test_x[param]`), with what a folder name cannot hold replaced by `_`.
+    (`TestClass.test_x[param]`), with what a folder name cannot hold replaced by `_`, and a part
+    longer than a folder name may be cut (`_kept`).
 
     Two test files may share a stem (`a/test_agent.py`, `b/test_agent.py`): one name for both would
     make one test replay (and `rewrite` overwrite) the other's recording. A file whose stem another
@@ -126,7 +127,16 @@ def scenario_for(item: pytest.Item) -> str:
             group = ".".join(item.path.with_suffix("").relative_to(config.rootpath).parts)
         except ValueError:  # a test file outside the rootdir: its absolute path
             group = ".".join(item.path.with_suffix("").parts[1:])
-    return f"{UNSAFE.sub('_', group)}/{UNSAFE.sub('_', test)}"
+    return f"{_kept(UNSAFE.sub('_', group))}/{_kept(UNSAFE.sub('_', test))}"
+
+
+def _kept(part: str) -> str:
+    """A name part a folder can hold: one over NAME_KEPT bytes (a long parametrized id) is cut, with a
+    digest of the whole to keep it unique (a server refuses longer names: `scenario.load.name_problem`)."""
+    if len(part.encode()) <= NAME_KEPT:
+        return part
+    cut = part.encode()[:NAME_KEPT].decode("utf-8", "ignore")
+    return cut + "-" + hashlib.blake2b(part.encode(), digest_size=6).hexdigest()
 
 
 # Folders no test of the project lives in: skipped when looking for test files that share a stem.

@@ -75,3 +75,20 @@ def test_files_found_for_the_rule_are_under_the_test_paths_only(tmp_path: Path) 
                  "b/helper.py", "a/helper.py"):
         (tmp_path / path).write_text("")
     assert shared_stems([tmp_path], ("test_*.py", "*_test.py")) == {"test_one"}
+
+
+def test_a_long_test_id_is_cut_to_a_folder_name_that_stays_unique() -> None:
+    from mockllm.pytest_plugin import scenario_for
+    from mockllm.scenario.load import name_problem
+
+    class Item:
+        path = Path("tests/test_long.py")
+
+    names = set()
+    for param in ("a" * 300, "a" * 299 + "b"):
+        item = Item()
+        item.nodeid = f"tests/test_long.py::test_x[{param}]"  # type: ignore[attr-defined]
+        name = scenario_for(item)  # type: ignore[arg-type]
+        assert name_problem(name) is None, name
+        names.add(name)
+    assert len(names) == 2

@@ -341,7 +341,7 @@ def _failure(status: int, body: bytes) -> Failed:
     Anthropic), `{"error":{"code":404,"message","status":"NOT_FOUND"}}` (Gemini: its status name is
     the code) or `{"error":"message"}` (Ollama: no code)."""
     error: Any = None
-    with contextlib.suppress(msgspec.DecodeError, AttributeError):
+    with contextlib.suppress(msgspec.DecodeError, AttributeError, RecursionError):
         error = msgspec.json.decode(body).get("error")
     if isinstance(error, str) and error:
         return Failed(status, error, f"HTTP_{status}")

@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from mockllm.errors import RecordError, RequestError
+from mockllm.errors import TOO_DEEP, RecordError, RequestError
 from mockllm.record.call import ObservedCall, observe
 from mockllm.record.forward import Forwarder, OnFailure, Target, now_ms, offers_tools
 from mockllm.record.tree import Caller, Lineage, SessionTree
@@ -96,6 +96,8 @@ class Recorder:
                 neutral = dialect.decode_routed(body, request.match_info)
             except RequestError as exc:
                 log.warning("%s: not recorded: %s", request.path, exc)
+            except RecursionError:
+                log.warning("%s: not recorded: %s", request.path, TOO_DEEP)
         # Routed and numbered as it arrives, before it is forwarded: the order answers end in must
         # not decide which session a request joins, nor the order of sessions in the tree. What it
         # brings is read then too, unless the call is recorded later anyway (`defer`).
@@ -161,7 +163,7 @@ def counted_pair(body: bytes, response: web.StreamResponse) -> tuple[Any, Any] |
         return None
     try:
         return msgspec.json.decode(body), msgspec.json.decode(response.body)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None
 
 

@@ -66,6 +66,12 @@ class Runs:
         self._tell("created", run)
         return run
 
+    def discard(self, run_id: str) -> None:
+        """Forget a run that was never used (its recording could not begin): not kept as ended."""
+        run = self._runs.pop(run_id, None)
+        if run is not None:
+            self._tell("ended", run)
+
     def add_scenario(self, scenario: Scenario) -> None:
         """A scenario recorded (or recorded anew) while serving: later runs replay it, and its default
         run starts over on it."""

@@ -127,6 +127,9 @@ class Suite:
 # A suite holds scenarios one level down too (`recordings/test_agent/test_tool_loop/`, as the
 # pytest plugin names them after the test): a scenario's name is its path in the suite.
 MAX_NAME_DEPTH = 2
+# Bytes of one part of a scenario name: a folder name holds 255, and a recording is staged beside it
+# under a longer one (`.NAME.recording-XXXXXXXX`).
+MAX_NAME_PART = 200
 
 
 def name_problem(name: str) -> str | None:
@@ -140,6 +143,10 @@ def name_problem(name: str) -> str | None:
     if "\\" in name or any(p.startswith(".") or any(ord(c) < 32 for c in p) for p in parts):
         return (f"scenario name {name!r}: no backslash, control character or leading dot (hidden folders are "
                 "mockllm's own)")
+    longest = max(len(p.encode("utf-8", "surrogatepass")) for p in parts)
+    if longest > MAX_NAME_PART:
+        return (f"scenario name {name[:60]!r}…: a part of it is {longest} characters (UTF-8 bytes) long; a folder "
+                f"name is at most {MAX_NAME_PART} here: name it shorter")
     return None
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from mockllm.errors import TOO_DEEP
 from mockllm.options import RUN_FIELDS
 from mockllm.replay.report import build_report, build_state
 from mockllm.replay.run import Run
@@ -88,6 +89,8 @@ class Admin:
             body = msgspec.json.decode(raw)
         except msgspec.DecodeError:
             body = None
+        except RecursionError:
+            return mock_error(400, "invalid_request", TOO_DEEP)
         if not isinstance(body, dict) or not isinstance(body.get("scenario"), str):
             return mock_error(400, "invalid_request", 'expected {"scenario": "NAME"} and optionally '
                               f"{', '.join(repr(f) for f in RUN_FIELDS)}")

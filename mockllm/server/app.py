@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping
 import msgspec
 from aiohttp import web
 
-from mockllm.errors import RecordingError, RequestError
+from mockllm.errors import TOO_DEEP, RecordingError, RequestError
 from mockllm.options import ServeOptions
 from mockllm.replay.outcome import Live
 from mockllm.replay.routing import header_session
@@ -116,6 +116,8 @@ class MockServer:
                 early.close()
             if isinstance(exc, RequestError):
                 return mock_error(400, "invalid_request", f"run {run.id}: {exc}", dialect=dialect)
+            if isinstance(exc, RecursionError):
+                return mock_error(400, "invalid_request", f"run {run.id}: {TOO_DEEP}", dialect=dialect)
             raise
         record = outcome.record
         hub = self.hub
@@ -173,6 +175,8 @@ class MockServer:
         except msgspec.DecodeError:
             return mock_error(400, "invalid_request", f"run {run.id}: the count_tokens body is not JSON",
                               dialect=ANTHROPIC)
+        except RecursionError:
+            return mock_error(400, "invalid_request", f"run {run.id}: {TOO_DEEP}", dialect=ANTHROPIC)
         counted = None
         if not run.recording:
             try:
