@@ -27,6 +27,7 @@ import msgspec
 from aiohttp import web
 
 from mockllm.errors import TOO_DEEP, RecordError, RequestError
+from mockllm.hosting.bodies import read_body
 from mockllm.record.call import ObservedCall, observe
 from mockllm.record.forward import Forwarder, OnFailure, Target, now_ms, offers_tools
 from mockllm.record.tree import Caller, Lineage, SessionTree
@@ -37,6 +38,9 @@ from mockllm.wire import DEFAULT, DIALECTS
 from mockllm.wire.dialect import Dialect
 from mockllm.wire.request import Request, system_text
 
+# What the recorder reads of a request, inflated: as the replay server (`server.app.MAX_BODY`), which
+# could not replay a larger one.
+MAX_BODY = 64 * 1024 * 1024
 log = logging.getLogger("mockllm.record.command")
 
 PARENT_HEADER = "x-mockllm-parent"
@@ -81,7 +85,9 @@ class Recorder:
         `neutral` when the caller has read and decoded the request already, `exchange` when it has
         begun sending it (`Forwarder.start`)."""
         if body is None:
-            body = await request.read()
+            body = await read_body(request, MAX_BODY)
+            if body is None:
+                return refused(dialect, f"request body over {MAX_BODY} bytes (inflated)", 413)
         url = url or self.upstream_url(request.path_qs)
         try:  # before anything is sent: a session the recording cannot name is refused, not recorded
             self.check_headers(request.headers)
@@ -120,7 +126,9 @@ class Recorder:
         """Forward a `count_tokens` call (to `url`, else where `upstream_url` says); the answer goes
         back as it came, and a count the upstream gave is kept in the tree."""
         if body is None:
-            body = await request.read()
+            body = await read_body(request, MAX_BODY)
+            if body is None:
+                return refused(None, f"request body over {MAX_BODY} bytes (inflated)", 413)
         response = await self.forwarder.forward(request, url or self.upstream_url(request.path_qs), body, None, None)
         pair = counted_pair(body, response)
         if pair is not None:
@@ -167,10 +175,11 @@ def counted_pair(body: bytes, response: web.StreamResponse) -> tuple[Any, Any] |
         return None
 
 
-def refused(dialect: Dialect | None, message: str) -> web.Response:
-    """A 400 in the dialect's error shape (OpenAI's for a path no dialect reads), never retried."""
-    body = (dialect or DEFAULT).error_body(f"mockllm record: {message}", "invalid_request", 400)
-    return web.Response(status=400, body=body, content_type="application/json", headers={"x-should-retry": "false"})
+def refused(dialect: Dialect | None, message: str, status: int = 400) -> web.Response:
+    """An error in the dialect's shape (OpenAI's for a path no dialect reads), never retried."""
+    code = "request_too_large" if status == 413 else "invalid_request"
+    body = (dialect or DEFAULT).error_body(f"mockllm record: {message}", code, status)
+    return web.Response(status=status, body=body, content_type="application/json", headers={"x-should-retry": "false"})
 
 
 def lineage_of(headers: Mapping[str, str]) -> Lineage:
@@ -187,7 +196,7 @@ def lineage_of(headers: Mapping[str, str]) -> Lineage:
 
 
 def create_app(recorder: Recorder) -> web.Application:
-    app = web.Application(client_max_size=1024**3)
+    app = web.Application(client_max_size=MAX_BODY)
     app.router.add_post(COUNT_TOKENS_ROUTE, recorder.count_tokens)
     for dialect in DIALECTS:
         for route in dialect.routes:

@@ -27,7 +27,8 @@ from mockllm.replay.routing import header_session
 from mockllm.replay.run import Run
 from mockllm.replay.runs import Runs
 from mockllm.scenario.load import Suite
-from mockllm.server.admin import Admin, read_body, scenario_error
+from mockllm.hosting.bodies import read_body
+from mockllm.server.admin import Admin, scenario_error
 from mockllm.server.events import Hub
 from mockllm.server.inspector import Inspector
 from mockllm.server.live import LiveCalls
