@@ -107,6 +107,10 @@ class Journal:
     def __len__(self) -> int:
         return len(self._records)
 
+    def latest(self) -> CallRecord | None:
+        """The last call recorded, if any."""
+        return self._records[-1] if self._records else None
+
     def numbered(self, number: int) -> CallRecord | None:
         """The run's call `number` (0-based, counting dropped ones), while the journal keeps it."""
         index = number - self.dropped

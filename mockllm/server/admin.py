@@ -17,7 +17,7 @@ from mockllm.hosting.bodies import read_body
 from mockllm.options import RUN_FIELDS
 from mockllm.replay.report import build_report, build_state
 from mockllm.replay.run import Run
-from mockllm.replay.runs import Runs
+from mockllm.replay.runs import Runs, TooManyRuns
 from mockllm.scenario.load import Suite
 from mockllm.scenario.summary import summarize
 from mockllm.server.live import LiveCalls
@@ -83,6 +83,8 @@ class Admin:
             run = self.live.open_run(name, body)
         except ValueError as exc:
             return mock_error(400, "invalid_request", str(exc))
+        except TooManyRuns as exc:
+            return mock_error(429, "too_many_runs", str(exc))
         if not isinstance(run, Run):
             return run
         return web.json_response({"run": run.id, "base_url": base_url(request, f"/runs/{run.id}/v1")}, status=201)

@@ -34,6 +34,7 @@ from mockllm.server.mock_errors import mock_error
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 HTML = "text/html"
+PAGE_RUNS = 50  # runs the live page shows when it loads
 # The page and views change as the runs do: never from a cache.
 NO_STORE = {"Cache-Control": "no-store"}
 
@@ -66,7 +67,10 @@ class Inspector:
         raise web.HTTPPermanentRedirect("/_mockllm/")
 
     async def page(self, request: web.Request) -> web.Response:
-        views = [self._view(run, ended) for run, ended in reversed(list(self.runs.listing()))]
+        # The latest PAGE_RUNS only: a page of thousands of runs took seconds to build, and every other
+        # run waited meanwhile. The page adds runs as they change; GET /_mockllm/runs lists them all.
+        listed = list(self.runs.listing())
+        views = [self._view(run, ended) for run, ended in reversed(listed[-PAGE_RUNS:])]
         names = [*self.suite.scenarios]
         broken = {name: [str(p) for p in error.problems] for name, error in self.suite.broken.items()}
         text = live_page([self.summary(n) for n in names], broken, views, server=base_url(request, ""),
