@@ -120,3 +120,39 @@ def test_record_into_a_folder_of_plain_files_is_still_allowed(tmp_path):
 
 def files_of(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir())
+
+
+async def record_three_sessions(upstream: ScriptedUpstream, out: Path) -> None:
+    async with await start_recorder(RecordOptions(upstream.url, out, port=0)) as recorder:
+        for session in ("lead", "helper-1", "helper-2"):
+            await chat(recorder.base_url + "/v1", session, f"hi from {session}")
+
+
+@pytest.mark.parametrize("unfinished", ["session.2.jsonl", "session.jsonl"], ids=["a-child", "the-primary"])
+async def test_a_tree_killed_while_it_finished_does_not_load_with_sessions_missing(upstream, tmp_path, unfinished):
+    """Point 6: `kill -9` while the logs are renamed leaves some finished and some `.partial`."""
+    out = tmp_path / "suite" / "killed"
+    await record_three_sessions(upstream, out)
+    (out / "replay.override.json").write_text('{"patches": []}')  # a sidecar is no excuse to load it either
+    (out / unfinished).rename(out / (unfinished + ".partial"))
+    suite = load_suite(tmp_path / "suite")
+    assert "killed" not in suite.scenarios and "killed" in suite.broken
+    assert ".partial" in str(suite.broken["killed"]) and "did not finish" in str(suite.broken["killed"])
+    from mockllm.cli.main import main
+
+    assert main(["check", str(tmp_path / "suite")]) != 0
+
+
+async def test_a_recording_killed_before_it_finished_never_loads_as_an_override_only_scenario(upstream, tmp_path):
+    """Killed while recording: every log `.partial`, and the provisional primary's sidecar written."""
+    out = tmp_path / "suite" / "killed"
+    await record_three_sessions(upstream, out)
+    for log in out.glob("session*.jsonl"):
+        log.rename(log.with_name(log.name + ".partial"))
+    (tmp_path / "suite" / "ok").mkdir()
+    (tmp_path / "suite" / "ok" / "session.jsonl").write_bytes((RECORDINGS / "text-turn" / "session.jsonl").read_bytes())
+    suite = load_suite(tmp_path / "suite")
+    assert "killed" in suite.skipped, "no log: not a scenario (DESIGN §1)"
+    (out / "replay.override.json").write_text('{"patches": []}')
+    suite = load_suite(tmp_path / "suite")
+    assert "killed" in suite.broken, "a sidecar beside unfinished logs is no override-only scenario"

@@ -19,7 +19,8 @@ their `.partial` names, which `dsh.writer.recover` turns into that provisional t
 valid). On `close()` every log whose place differs is written anew under its final name and header
 (`SessionWriter.close(path=, header=)`), the others are renamed, and the sidecar is rewritten for
 the final primary. A crash in those few milliseconds can leave some logs finished and others
-partial. The file work runs on one writer thread, in order: an fsync takes milliseconds, and on the
+partial: such a folder does not load (`scenario.load.unfinished_logs`), never a tree with sessions
+missing. The file work runs on one writer thread, in order: an fsync takes milliseconds, and on the
 event loop it would hold back every stream the proxy is forwarding meanwhile. The tree's state
 (turns, seeds, what lineage reads) is kept on the loop, when each call ends.
 """
@@ -255,6 +256,11 @@ class SessionTree:
         """Give every session its place in the finished tree, and its log its final name and header."""
         self.layout = layout
         provisional = self.primary
+        primary = self.sessions[layout.primary]
+        # The final sidecar first: until every log is renamed the folder holds `.partial` logs and does
+        # not load, so a crash in between never leaves finished logs beside the provisional sidecar.
+        if primary is not provisional and (primary.patches or (provisional is not None and provisional.patches)):
+            self._submit(_write_sidecar, self.out / SIDECAR_FILE, primary.patches)
         numbers = {child: number for number, child in enumerate(layout.children, 1)}
         for session in self.sessions.values():
             file = PRIMARY_FILE if session.id == layout.primary else child_file(numbers[session.id])
@@ -269,9 +275,6 @@ class SessionTree:
                 f"{self.sessions[c].file} is {self.sessions[layout.parents[c]].file}'s child"
                 for c in layout.children if c in layout.inferred))
         self.sessions = {s: self.sessions[s] for s in (layout.primary, *layout.children)}
-        primary = self.sessions[layout.primary]
-        if primary is not provisional and (primary.patches or (provisional is not None and provisional.patches)):
-            self._submit(_write_sidecar, self.out / SIDECAR_FILE, primary.patches)
         for session in self.sessions.values():
             if session is not primary and session.patches:
                 log.warning("session %s (%s): %d upstream failure(s) recorded as error finishes; only the "

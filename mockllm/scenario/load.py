@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mockllm.dsh.header import SessionHeader, SessionKind
-from mockllm.dsh.names import CHILD_FILE, MANIFEST_FILE, PRIMARY_FILE, SIDECAR_FILE
+from mockllm.dsh.names import CHILD_FILE, MANIFEST_FILE, PARTIAL_SUFFIX, PRIMARY_FILE, SIDECAR_FILE
 from mockllm.dsh.reader import SessionLog, read_log
 from mockllm.errors import NotAScenarioError, RecordingError, ScenarioError
 from mockllm.scenario.count_tokens import load_counts, request_key
@@ -151,7 +151,17 @@ def name_problem(name: str) -> str | None:
 
 
 def is_scenario(path: Path) -> bool:
+    """A folder with a primary log or a sidecar (one with `.partial` logs too fails to load: `load_scenario`)."""
     return (path / PRIMARY_FILE).is_file() or (path / SIDECAR_FILE).is_file()
+
+
+def unfinished_logs(path: Path) -> list[str]:
+    """The session logs of `path` still named `.partial`: a recording that did not finish, or was
+    killed while it finished (some logs renamed, others not)."""
+    try:
+        return sorted(p.name for p in path.glob(f"session*.jsonl{PARTIAL_SUFFIX}"))
+    except OSError:
+        return []
 
 
 def session_files(path: Path) -> list[Path]:
@@ -173,6 +183,12 @@ def load_scenario(path: Path, *, keep_logs: bool = False, side_routes: Sequence[
     """
     if not path.is_dir() or not is_scenario(path):
         raise NotAScenarioError(f"{path}: not a scenario (no {PRIMARY_FILE} and no {SIDECAR_FILE})")
+    unfinished = unfinished_logs(path)
+    if unfinished:  # loading the logs that finished would replay a tree with sessions missing
+        raise ScenarioError(name or path.name, [RecordingError(path / unfinished[0], None, (
+            f"the recording did not finish: {len(unfinished)} log(s) still named .partial "
+            f"({', '.join(unfinished[:4])}); it was interrupted (killed while recording or finishing). Salvage "
+            "each with mockllm.dsh.writer.recover(PATH), which keeps its complete calls, or record it again"))])
     files = session_files(path)
     primary = path / PRIMARY_FILE if (path / PRIMARY_FILE).is_file() else None
     sidecar = path / SIDECAR_FILE if (path / SIDECAR_FILE).is_file() else None
