@@ -156,3 +156,37 @@ async def test_a_recording_killed_before_it_finished_never_loads_as_an_override_
     (out / "replay.override.json").write_text('{"patches": []}')
     suite = load_suite(tmp_path / "suite")
     assert "killed" in suite.broken, "a sidecar beside unfinished logs is no override-only scenario"
+
+
+async def test_the_recorder_falls_behind_by_a_bounded_number_of_calls(upstream, tmp_path, monkeypatch):
+    """Point 7: with a slow disk (each write 100 ms), the calls answered but not yet on disk stay few,
+    so a recorder killed at any moment loses at most those (and the calls still streaming)."""
+    import asyncio
+    import time
+
+    from mockllm.record import proxy, tree
+
+    original = tree._append_rows
+
+    def slow_append(*args: object) -> None:
+        time.sleep(0.1)
+        original(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tree, "_append_rows", slow_append)
+    monkeypatch.setattr(proxy, "LAG_BOUND", 2)
+    out = tmp_path / "out"
+    clients, calls = 4, 8
+    async with await start_recorder(RecordOptions(upstream.url, out, port=0)) as recorder:
+        backlog: list[int] = []
+
+        async def agent(name: str) -> None:
+            for k in range(calls):
+                assert await chat(recorder.base_url + "/v1", name, f"{name} call {k}") == f"echo: {name} call {k}"
+                backlog.append(recorder.recorder.backlog())
+
+        await asyncio.gather(*(agent(f"agent-{n}") for n in range(clients)))
+        on_disk = sum(p.read_bytes().count(b'"finish"') for p in out.glob("*.partial"))  # as if killed now
+        # With the bound, each client adds at most its call in flight and its log write (two for a first call).
+        assert max(backlog) <= proxy.LAG_BOUND + 2 * clients, backlog
+        assert on_disk >= clients * calls - proxy.LAG_BOUND - 2 * clients
+    assert recorder.tree.failures == []

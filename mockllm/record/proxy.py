@@ -41,6 +41,10 @@ from mockllm.wire.request import Request, system_text
 # What the recorder reads of a request, inflated: as the replay server (`server.app.MAX_BODY`), which
 # could not replay a larger one.
 MAX_BODY = 64 * 1024 * 1024
+# `mockllm record` writes each call after it is answered, off the client's path. Under load that
+# work could fall behind without bound (killed after 61 answered calls, 31 were not on disk): once
+# this many answered calls (or file writes) wait, a new call is forwarded only when they are on disk.
+LAG_BOUND = 8
 log = logging.getLogger("mockllm.record.command")
 
 PARENT_HEADER = "x-mockllm-parent"
@@ -95,6 +99,8 @@ class Recorder:
             if exchange is not None:
                 exchange.close()
             return refused(dialect, str(exc))
+        if not self.forwarder.defer and self.backlog() >= LAG_BOUND:
+            await self.caught_up()
         if exchange is None:  # sent now on an idle connection: decoding and routing overlap the upstream's work
             exchange = self.forwarder.start(request, url, body)
         if dialect is not None and neutral is None:
@@ -137,6 +143,15 @@ class Recorder:
             except RecordError as exc:  # it ended after the recording closed: the client has its answer still
                 log.warning("%s: count not recorded: %s", request.path, exc)
         return response
+
+    def backlog(self) -> int:
+        """Calls answered and not yet on disk, counting the file work (a log's batch, a sidecar) each waits on."""
+        return self.forwarder.in_flight + self.tree.unwritten
+
+    async def caught_up(self) -> None:
+        """Wait until every call answered so far is recorded and on disk."""
+        await self.forwarder.settled()
+        await self.tree.flushed()
 
     def check_headers(self, headers: Mapping[str, str]) -> None:
         """Raise RequestError for a session or lineage header that is not UTF-8 (`routing.text_header`):

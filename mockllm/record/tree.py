@@ -117,6 +117,8 @@ class SessionTree:
         self.layout: Layout | None = None  # the finished tree's shape, once closed
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mockllm-record")
         self._arrivals = 0
+        self._submitted = 0  # file work submitted, on the loop
+        self._written = 0  # file work done, on the writer thread
         self.side = SideRoutes(out, side_routes, self._submit, repeating)
         self.counts: dict[bytes, tuple[Any, Any]] = {}  # count_tokens (request, answer) by request, as written
         try:
@@ -242,7 +244,13 @@ class SessionTree:
         session.rows.extend(rows)
         self._submit(_append_rows, session, rows)
 
+    @property
+    def unwritten(self) -> int:
+        """File work submitted and not yet done (each counter is written by one thread only)."""
+        return self._submitted - self._written
+
     def _submit(self, work: Callable[..., None], *args: Any) -> None:
+        self._submitted += 1
         self._io.submit(self._guarded, work, *args)
 
     def _guarded(self, work: Callable[..., None], *args: Any) -> None:
@@ -251,6 +259,8 @@ class SessionTree:
         except Exception as exc:  # a full disk must not end the recording of the other sessions
             log.error("%s: recording failed: %s", self.out, exc)
             self.failures.append(exc)
+        finally:
+            self._written += 1
 
     def _finish(self, layout: Layout) -> None:
         """Give every session its place in the finished tree, and its log its final name and header."""
