@@ -71,8 +71,8 @@ def test_files_found_for_the_rule_are_under_the_test_paths_only(tmp_path: Path) 
 
     for folder in ("a", "b", ".venv/lib", "node_modules/x"):
         (tmp_path / folder).mkdir(parents=True)
-    for path in ("a/test_one.py", "b/test_one.py", "a/test_two.py", ".venv/lib/test_two.py", "node_modules/x/test_two.py",
-                 "b/helper.py", "a/helper.py"):
+    for path in ("a/test_one.py", "b/test_one.py", "a/test_two.py", ".venv/lib/test_two.py",
+                 "node_modules/x/test_two.py", "b/helper.py", "a/helper.py"):
         (tmp_path / path).write_text("")
     assert shared_stems([tmp_path], ("test_*.py", "*_test.py")) == {"test_one"}
 

@@ -48,7 +48,7 @@ async def test_a_session_header_that_is_not_utf8_is_a_400_and_the_rest_is_record
     out = tmp_path / "out"
     async with await start_recorder(RecordOptions(upstream.url, out, port=0)) as recorder:
         assert await chat(recorder.base_url + "/v1", "lead", "first") == "echo: first"
-        status, headers, body = await raw_request(recorder.base_url, b"/v1/chat/completions",
+        status, _headers, body = await raw_request(recorder.base_url, b"/v1/chat/completions",
                                                   headers=(LATIN1_SESSION, b"Content-Type: application/json"),
                                                   body=CHAT)
         assert status == 400, body

@@ -158,7 +158,7 @@ async def test_a_scenario_recorded_while_serving_shows_on_the_inspector_page(ser
         async with client.post(base + "/chat/completions", json={
                 "model": "m", "messages": [{"role": "user", "content": "hi"}]}) as answer:
             assert answer.status == 200
-        status, report = await http("DELETE", f"{server.base_url}/_mockllm/runs/{run}")
+        _status, report = await http("DELETE", f"{server.base_url}/_mockllm/runs/{run}")
         assert isinstance(report, dict) and report["recording"]["written"], report
         for path in ("/_mockllm/", f"/_mockllm/runs/{run}/report.html"):
             async with client.get(server.base_url + path) as page:

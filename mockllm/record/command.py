@@ -100,7 +100,8 @@ def record_forever(options: RecordOptions) -> int:
 
 async def _record(options: RecordOptions) -> None:
     recorder = await start_recorder(options)
-    banner = [f"mockllm recording to {options.out}, forwarding to {shown_url(options.upstream)}, on {recorder.base_url}",
+    banner = [f"mockllm recording to {options.out}, forwarding to {shown_url(options.upstream)}, "
+              f"on {recorder.base_url}",
               f"  {recorder.base_url}/v1"]
     try:
         await serve_until_signalled(recorder, banner)

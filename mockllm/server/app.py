@@ -21,13 +21,13 @@ import msgspec
 from aiohttp import web
 
 from mockllm.errors import TOO_DEEP, RecordingError, RequestError
+from mockllm.hosting.bodies import read_body
 from mockllm.options import ServeOptions
 from mockllm.replay.outcome import Live
 from mockllm.replay.routing import header_session
 from mockllm.replay.run import Run
 from mockllm.replay.runs import Runs
 from mockllm.scenario.load import Suite
-from mockllm.hosting.bodies import read_body
 from mockllm.server.admin import Admin, scenario_error
 from mockllm.server.events import Hub
 from mockllm.server.inspector import Inspector

@@ -73,7 +73,8 @@ class Inspector:
         views = [self._view(run, ended) for run, ended in reversed(listed[-PAGE_RUNS:])]
         names = [*self.suite.scenarios]
         broken = {name: [str(p) for p in error.problems] for name, error in self.suite.broken.items()}
-        text = live_page([self.summary(n) for n in names], broken, views, server=base_url(request, ""),
+        summaries = [s for s in (self.summary(n) for n in names) if s is not None]
+        text = live_page(summaries, broken, views, server=base_url(request, ""),
                          base_urls={n: base_url(request, f"/scenarios/{n}/v1") for n in names}, body_url=body_url)
         return web.Response(text=text, content_type=HTML, headers=NO_STORE)
 
