@@ -66,7 +66,8 @@ class LiveCalls:
             return mock_error(403, "record_mode_not_allowed", (
                 f"record_mode {mode} refused: this server was started with record mode none, which never reaches "
                 "the network, and its operator did not allow runs to choose a record mode. Start it with "
-                "--record-mode MODE, or with --allow-run-record-modes to let each run choose"))
+                "--record-mode MODE, or with --allow-run-record-modes to let each run choose (mockllm.Server: "
+                "allow_run_record_modes=True); see docs/security.md"))
         exists = name in self.suite.scenarios
         if mode == "none" or (mode == "once" and exists):
             return self._not_loaded(name, mode) or self.runs.create(name, body)
