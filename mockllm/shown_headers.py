@@ -14,7 +14,7 @@ are masked wherever the recording writes them, in case the upstream echoes one b
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 REDACTED = "[redacted]"
 # Headers whose values are shown: routing (mockllm's, dsh's), the SDKs' own telemetry, request ids.
@@ -42,13 +42,14 @@ def shown_value(name: str, value: str) -> str:
     return value if is_harmless(name) else REDACTED
 
 
-def header_secrets(raw_headers: Iterable[tuple[bytes, bytes]]) -> list[str]:
-    """The credentials among a request's headers: the values of every header off the allowlist (an
-    authorization's credentials after its scheme, each cookie's value), long enough to mask safely."""
+def header_secrets(raw_headers: Iterable[tuple[bytes, bytes]], harmless: Collection[str] = ()) -> list[str]:
+    """The credentials among a request's headers: the values of every header off the allowlist and not
+    in `harmless` (lowercased names: the configured session headers), an authorization's credentials
+    after its scheme, each cookie's value; those long enough to mask safely."""
     found: list[str] = []
     for raw_name, raw_value in raw_headers:
         name = raw_name.decode("latin-1").lower()
-        if is_harmless(name):
+        if is_harmless(name) or name in harmless:
             continue
         value = raw_value.decode("utf-8", "replace").strip()
         found.append(value)

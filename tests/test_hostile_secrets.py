@@ -202,3 +202,21 @@ async def test_a_key_echoed_by_the_upstream_is_masked_in_a_record_mode_run(serve
     assert "replay.override.json" in files, "the 400 is kept, to replay as it happened"
     for name, data in files.items():
         assert KEY.encode() not in data and KEY[:9].encode() not in data, name
+
+
+def test_learned_credentials_are_one_rule_and_mask_whole_keys() -> None:
+    from mockllm.record.redact import Redactor
+
+    redactor = Redactor()
+    redactor.learn(["sk-short-key", "sk-short-key-and-more", "sk-short-key"])
+    redactor.learn(["another-secret-1"])
+    assert len(redactor.rules) == 1
+    assert redactor.text("a sk-short-key-and-more b sk-short-key c another-secret-1") == \
+        "a [REDACTED] b [REDACTED] c [REDACTED]"
+
+
+def test_a_configured_session_header_is_not_taken_for_a_credential() -> None:
+    from mockllm.shown_headers import header_secrets
+
+    raw = ((b"X-Agent-Id", b"planner-agent-7"), (b"Authorization", b"Bearer sk-abcdefgh12"))
+    assert header_secrets(raw, {"x-agent-id"}) == ["Bearer sk-abcdefgh12", "sk-abcdefgh12"]

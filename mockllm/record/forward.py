@@ -96,6 +96,7 @@ class Forwarder:
         self.on_failure = on_failure
         self.defer = defer  # record calls only when `settle` is called (a record-mode run, written at its end)
         self.replies: dict[str, str] = {}  # upstream reply id -> recorded session id (Responses chains)
+        self.shown: frozenset[str] = frozenset()  # headers naming sessions (`--session-header`): not credentials
         self.in_flight = 0  # calls forwarded and not yet recorded
         self._pending: deque[tuple[Work, tuple[Any, ...]]] = deque()  # in the order calls ended
         self._worker: asyncio.Task[None] | None = None
@@ -120,7 +121,7 @@ class Forwarder:
         """Begin forwarding a request: sent now if a kept-alive connection to its upstream is idle
         (`Upstream.start`), so the caller's own work on it overlaps the upstream's. The credentials it
         carries (in its headers, in the URL) are masked from then on wherever the sink writes."""
-        self.sink.redactor.learn([*header_secrets(request.raw_headers), *url_secrets(url)])
+        self.sink.redactor.learn([*header_secrets(request.raw_headers, self.shown), *url_secrets(url)])
         return self.upstream.start(request.method, url, forwarded(request.raw_headers), body)
 
     async def forward(self, request: web.Request, url: str, body: bytes, dialect: Dialect | None,

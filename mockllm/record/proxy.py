@@ -69,7 +69,9 @@ class Recorder:
     def into(cls, tree: SessionTree, upstream: str, client: Upstream, session_headers: tuple[str, ...],
              on_failure: OnFailure | None = None, *, defer: bool = False) -> Recorder:
         """A recorder writing `tree`, forwarding through `client` (`defer`: see `Forwarder`)."""
-        return cls(tree, upstream, Forwarder(client, tree, on_failure, defer=defer), session_headers)
+        forwarder = Forwarder(client, tree, on_failure, defer=defer)
+        forwarder.shown = frozenset(session_headers)
+        return cls(tree, upstream, forwarder, session_headers)
 
     def session_of(self, headers: Mapping[str, str], request: Request) -> str:
         """The calling session's recorded id, found as replay will find it (`replay.routing`)."""

@@ -49,6 +49,7 @@ class Redactor:
             self.rules.append((re.compile(re.escape(folder) + r"(?![\w-]|\.\w)"), CWD))
         self.rules += [(p if isinstance(p, re.Pattern) else _compile(p), MASK) for p in patterns]
         self._learned: set[str] = set()  # credentials seen in forwarded requests (`learn`)
+        self._learned_rule: int | None = None  # where their one rule is in `rules`
 
     def __bool__(self) -> bool:
         return bool(self.rules)
@@ -56,10 +57,18 @@ class Redactor:
     def learn(self, secrets: Iterable[str]) -> None:
         """Mask these credentials (as written, literally) from now on: a key the client forwarded may
         come back in an error body or an answer's content, and must not be written then either."""
-        for secret in secrets:
-            if secret and secret not in self._learned:
-                self._learned.add(secret)
-                self.rules.append((re.compile(re.escape(secret)), MASK))
+        new = [s for s in dict.fromkeys(secrets) if s and s not in self._learned]
+        if not new:
+            return
+        self._learned.update(new)
+        # One pattern for them all (longest first, so a key is masked whole where another is its prefix):
+        # a session's credentials cost one pass over each string, however many there are.
+        rule = (re.compile("|".join(re.escape(s) for s in sorted(self._learned, key=len, reverse=True))), MASK)
+        if self._learned_rule is None:
+            self._learned_rule = len(self.rules)
+            self.rules.append(rule)
+        else:
+            self.rules[self._learned_rule] = rule
 
     def text(self, value: str) -> str:
         for pattern, replacement in self.rules:
