@@ -133,11 +133,30 @@ def test_a_repeated_log_line_is_bounded():
 
 
 def test_the_servers_loggers_are_limited():
-    from mockllm.hosting.log_rate import limit_repeats
+    import uuid
 
-    limit_repeats()
-    for name in ("asyncio", "aiohttp.server", "mockllm"):
-        assert any(isinstance(f, RepeatLimit) for f in logging.getLogger(name).filters)
+    from mockllm.hosting import log_rate
+
+    kept: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            kept.append(record.getMessage())
+
+    handler = Keep()
+    root = logging.getLogger()
+    root.addHandler(handler)
+    child, parent = f"the same warning {uuid.uuid4()}", f"the parent's warning {uuid.uuid4()}"
+    try:
+        log_rate.limit_repeats()
+        for name in ("asyncio", "aiohttp.server", "mockllm"):
+            assert log_rate._INSTALLED in logging.getLogger(name).filters
+        for _ in range(50):  # a child logger's records are limited too, and counted once each
+            logging.getLogger("mockllm.record.command").warning(child)
+            logging.getLogger("mockllm").warning(parent)
+    finally:
+        root.removeHandler(handler)
+    assert kept.count(child) == log_rate.BURST and kept.count(parent) == log_rate.BURST
 
 
 _ = aiohttp

@@ -15,8 +15,9 @@ import time
 
 BURST = 10
 WINDOW = 10.0
-# The loggers a server's flood reaches.
-LIMITED = ("asyncio", "aiohttp.server", "aiohttp.access", "aiohttp.web", "mockllm")
+# The loggers a server's flood reaches, each by its own name: a logger's filter sees only the records
+# logged to it, not its children's. No handler is filtered: in a test process, the user's own lines pass.
+LIMITED = ("asyncio", "aiohttp.server", "aiohttp.access", "aiohttp.web", "mockllm", "mockllm.record.command")
 
 
 class RepeatLimit(logging.Filter):
@@ -46,7 +47,7 @@ _INSTALLED = RepeatLimit()
 
 
 def limit_repeats() -> None:
-    """Put the one RepeatLimit on the loggers a server's flood reaches (once: idempotent)."""
+    """Put the one RepeatLimit on the loggers a server's flood reaches (idempotent)."""
     for name in LIMITED:
         logger = logging.getLogger(name)
         if _INSTALLED not in logger.filters:
