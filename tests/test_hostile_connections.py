@@ -160,3 +160,20 @@ def test_the_servers_loggers_are_limited():
 
 
 _ = aiohttp
+
+
+async def test_past_the_connection_bound_the_idle_longest_are_closed_at_once(serve, monkeypatch):
+    """20,000 idle sockets must not use up the file limit before their timeout: past the bound, a new
+    connection closes the oldest idle ones, and a real client still gets its answer."""
+    monkeypatch.setattr(guard, "CONNECTIONS_KEPT", 20)
+    server = await serve(RECORDINGS / "text-turn")  # the idle timeout stays a minute: not what closes them
+    port = int(server.base_url.rsplit(":", 1)[1])
+    connections = [await asyncio.open_connection("127.0.0.1", port) for _ in range(60)]
+    try:
+        status, _ = await http("GET", f"{server.base_url}/_mockllm/health")
+        assert status == 200
+        oldest = await asyncio.gather(*(closed_by_server(reader, 5) for reader, _ in connections[:30]))
+        assert all(a == b"" for a in oldest), "the oldest idle connections were closed"
+    finally:
+        for _, writer in connections:
+            writer.close()

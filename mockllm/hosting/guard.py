@@ -8,7 +8,10 @@ Here every connection of a mockllm server (the replay server and the recorder) i
   or idle between requests) is closed after `IDLE_TIMEOUT` seconds of that;
 - a request body must arrive within `BODY_TIMEOUT` seconds (`bodies.read_body`), else 408;
 - a request being answered is never cut: a held stream (a hang, a paced replay, a live upstream)
-  lasts as long as its client stays.
+  lasts as long as its client stays;
+- past `CONNECTIONS_KEPT` open connections (three quarters of the process's file limit), a new
+  connection first closes the connections idle the longest, so a flood of idle sockets can never
+  use up the file limit before its timeout: the health check and real clients still connect.
 
 The timeouts are module attributes, read when a connection is made, so a test may shorten them.
 """
@@ -16,6 +19,7 @@ The timeouts are module attributes, read when a connection is made, so a test ma
 from __future__ import annotations
 
 import asyncio
+import resource
 from typing import Any
 
 from aiohttp import web
@@ -23,6 +27,17 @@ from aiohttp.web_protocol import RequestHandler
 
 IDLE_TIMEOUT = 60.0  # seconds a connection may hold no request being handled
 BODY_TIMEOUT = 120.0  # seconds a request's body may take to arrive (64 MiB over a slow link)
+
+
+def _connections_kept() -> int:
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):
+        return 4096
+    return 4096 if soft == resource.RLIM_INFINITY else max(64, soft * 3 // 4)
+
+
+CONNECTIONS_KEPT = _connections_kept()  # open connections past which the idle longest are closed
 
 
 class GuardedHandler(RequestHandler):
@@ -36,6 +51,20 @@ class GuardedHandler(RequestHandler):
         self._limit = IDLE_TIMEOUT
         self._idle_since = self._loop.time()
         self._arm()
+        manager: Any = self._manager
+        if manager is not None and len(manager._connections) > CONNECTIONS_KEPT:
+            self._make_room(manager.connections)
+
+    def _make_room(self, connections: list[RequestHandler]) -> None:
+        """Close the connections idle the longest (never one being answered, nor this new one) until
+        CONNECTIONS_KEPT are open."""
+        idle = [c for c in connections if isinstance(c, GuardedHandler) and c is not self
+                and not c._request_in_progress and c.transport is not None]
+        idle.sort(key=lambda c: c._idle_since if c._idle_since is not None else self._loop.time())
+        for connection in idle[: len(connections) - CONNECTIONS_KEPT]:
+            connection.force_close()
+            if connection.transport is not None:
+                connection.transport.close()
 
     def _arm(self) -> None:
         # Checked a few times per timeout: one timer per connection, never one per byte received.
