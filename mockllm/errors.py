@@ -62,6 +62,11 @@ class RequestError(MockllmError):
     """A request body that is not a valid request of its dialect; the message says what was expected."""
 
 
+# JSON nested deeper than the decoder's recursion limit raises RecursionError (msgspec, json): no
+# agent sends that, so it is the client's mistake, answered as one.
+TOO_DEEP = "the JSON body is nested too deeply (over ~1000 levels): no model API accepts that"
+
+
 class RecordError(MockllmError):
     """Record mode cannot record as asked; the message names what (a folder, a pattern, a log) and
     what to do."""

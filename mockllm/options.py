@@ -205,6 +205,10 @@ class ServeOptions:
     mcp: tuple[str, ...] = _option(
         (), "an MCP server record modes proxy at …/mcp/NAME: NAME=URL (Streamable HTTP) or NAME=stdio:COMMAND ARGS "
         "(repeatable)", metavar="NAME=URL", repeat=True, kind=mcp_server)
+    allow_run_record_modes: bool = _option(
+        False, "with --record-mode none: let a run created with POST /_mockllm/runs choose a record mode of its own "
+        '("record_mode"), and so reach the upstream; off, such a run is refused (403), and the server never reaches '
+        "the network (on by default for mockllm.Server and the pytest plugin)", metavar="true|false", switch=True)
     journal_limit: int = _option(1000, "calls kept in each run's journal (older ones are counted, not kept)",
                                  metavar="N", kind=int)
     log_level: str = _option("warning", "what the server logs; info logs one line per model call",
@@ -245,7 +249,8 @@ class ServeOptions:
 
 
 # An in-process server (the Python API, the pytest plugin) picks a free port unless given one.
-IN_PROCESS_DEFAULTS: dict[str, Any] = {"port": 0}
+# Its caller starts it for its own runs: the operator and the client are one, so a run may choose a record mode.
+IN_PROCESS_DEFAULTS: dict[str, Any] = {"port": 0, "allow_run_record_modes": True}
 
 
 def in_process(**changes: Any) -> ServeOptions:

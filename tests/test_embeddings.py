@@ -312,9 +312,9 @@ def test_a_miss_fails_the_test_at_the_plugins_teardown_unless_divergence_is_warn
     result.assert_outcomes(passed=3, errors=1)
     result.stdout.fnmatch_lines([
         "*ERROR at teardown of test_missed*",
-        "*session embeddings.json (live id openai/embeddings) call 0 (0-based), an openai/embeddings request (model m) with no "
-        "recorded answer: expected 'Oslo has a harbour older than its cathedral.', got 'Oslo has a harbor older "
-        "than its cathedral?'*",
+        "*session embeddings.json (live id openai/embeddings) call 0 (0-based), an openai/embeddings request "
+        "(model m) with no recorded answer: expected 'Oslo has a harbour older than its cathedral.', "
+        "got 'Oslo has a harbor older than its cathedral?'*",
     ])
 
 

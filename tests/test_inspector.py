@@ -45,7 +45,7 @@ def text_of(html: str) -> str:
 def fork(tmp_path: Path) -> Run:
     """A fork tree replayed with the primary's second call diverged and its last call not made."""
     run = Run("run-7", load_scenario(fork_tree(tmp_path / "fork")))
-    ask(run, "lead", [HELLO], **{"x-api-key": "sk-secret-1", "x-trace": "t-1"})
+    ask(run, "lead", [HELLO], **{"x-api-key": "sk-secret-1", "x-request-id": "t-1"})
     ask(run, "lead", [HELLO, PARENT, {"role": "user", "content": "fork that <b>now</b>"}])
     ask(run, "forked", [HELLO, PARENT, {"role": "user", "content": "child task"}])
     return run
@@ -83,7 +83,7 @@ def test_the_report_draws_the_tree_and_a_lane_per_session_with_its_cursor(fork: 
 def test_every_call_shows_its_request_as_the_journal_keeps_it_and_nothing_secret(fork: Run) -> None:
     html = report_of(fork)
     text = text_of(html)
-    assert "x-trace t-1" in text and "x-api-key [redacted]" in text
+    assert "x-request-id t-1" in text and "x-api-key [redacted]" in text
     assert "sk-secret-1" not in html
     assert '"content": "fork that <b>now</b>"' in text  # the body, indented, escaped in the HTML
     assert "<b>now</b>" not in html.replace("&lt;b&gt;now&lt;/b&gt;", "")  # nothing from a request is markup

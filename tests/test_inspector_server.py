@@ -101,14 +101,14 @@ async def test_the_page_is_one_html_document_with_the_scenarios_and_runs(serve: 
 async def test_a_runs_view_and_one_call_of_its_journal(serve: StartServer, fork: Path) -> None:
     server = await serve(fork)
     run, base = await new_run(server.base_url, "fork")
-    await call(base, "lead", headers={"x-api-key": "sk-live-key", "x-trace": "t1"})
+    await call(base, "lead", headers={"x-api-key": "sk-live-key", "x-request-id": "t1"})
     status, kind, view = await get_text(f"{server.base_url}/_mockllm/runs/{run}/view")
     assert status == 200 and kind.startswith("text/html") and view.startswith(f'<section class="run" id="run-{run}"')
     assert f'data-src="/_mockllm/runs/{run}/calls/0"' in view and "hello" not in view  # bodies on demand
     status, record = await http("GET", f"{server.base_url}/_mockllm/runs/{run}/calls/0")
     assert status == 200 and isinstance(record, dict)
     assert json.loads(record["body"])["messages"] == HELLO
-    assert record["headers"]["x-trace"] == "t1" and record["headers"]["x-api-key"] == "[redacted]"
+    assert record["headers"]["x-request-id"] == "t1" and record["headers"]["x-api-key"] == "[redacted]"
     status, error = await http("GET", f"{server.base_url}/_mockllm/runs/{run}/calls/5")
     assert status == 404 and "keeps no call 5" in error["error"]["message"]  # type: ignore[index]
 

@@ -21,10 +21,10 @@ def _failure(code: str) -> ReplayFailure:
 def test_the_journal_keeps_the_last_calls_and_counts_the_rest() -> None:
     journal = Journal(limit=3)
     for number in range(5):
-        journal.record("chat", f"live-{number}", True, ((b"X-Note", b"n"), (b"Authorization", b"k")), b"{}")
+        journal.record("chat", f"live-{number}", True, ((b"X-Request-Id", b"n"), (b"Authorization", b"k")), b"{}")
     assert [r.session for r in journal] == ["live-2", "live-3", "live-4"]
     assert (journal.total, journal.dropped) == (5, 2)
-    assert next(iter(journal)).as_dict()["headers"] == {"x-note": "n"}  # only the client's x- headers, lowercased
+    assert next(iter(journal)).as_dict()["headers"] == {"x-request-id": "n"}  # only the client's x- headers, lowercased
 
 
 def test_a_long_body_is_cut_when_it_is_recorded() -> None:
@@ -77,12 +77,12 @@ async def test_a_journal_record_says_what_came_and_how_it_was_answered(serve, on
     server = await serve(one_call)
     run, base = await new_run(server.base_url, "one")
     body = b'{"model": "m", "messages": [{"role": "user", "content": "hello"}], "stream": true}'
-    assert await _post(base, body, {"x-mockllm-session": "live-a", "x-trace": "t1"}) == 200
+    assert await _post(base, body, {"x-mockllm-session": "live-a", "x-request-id": "t1"}) == 200
     [record] = (await run_state(server.base_url, run))["journal"]
     assert record["session"] == "live-a" and record["script"] == "session.jsonl"
     assert (record["call"], record["kind"], record["status"], record["error"]) == (0, "ChunksEntry", 200, None)
     assert (record["dialect"], record["stream"], record["body"]) == ("chat", True, body.decode())
-    assert record["headers"] == {"x-mockllm-session": "live-a", "x-trace": "t1"}
+    assert record["headers"] == {"x-mockllm-session": "live-a", "x-request-id": "t1"}
     assert isinstance(record["at"], float) and record["duration_ms"] >= 0
 
 

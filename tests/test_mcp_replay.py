@@ -67,7 +67,8 @@ def test_a_repeated_call_takes_the_next_answer_then_misses() -> None:
     assert result(replay, request(1, "tools/call", tool("count", step=2))) == {"n": 2}
     assert result(replay, request(2, "tools/call", tool("count", step=2))) == {"n": 4}
     third = result(replay, request(3, "tools/call", tool("count", step=2)))
-    assert third["code"] == -32001 and "recorded 2 time(s) in mcp.counter.jsonl; this is one call more than were recorded" in third["message"]
+    assert third["code"] == -32001
+    assert "recorded 2 time(s) in mcp.counter.jsonl; this is one call more than were recorded" in third["message"]
     # Reads repeat their last answer.
     assert [result(replay, request(n, "resources/read", {"uri": "memo://x"})) for n in range(3)] == [
         {"contents": ["x"]}] * 3

@@ -126,7 +126,7 @@ def test_divergences_holds_and_pacing_notes(tree: Path) -> None:
 def test_the_live_state_is_the_report_then_the_run(tree: Path) -> None:
     run = new_run(tree, cwd="/w", ignore_input=["\\d+"])
     run.take("agent")
-    run.journal.record("chat", "agent", True, ((b"X-Note", b"n"),), b"{}")
+    run.journal.record("chat", "agent", True, ((b"X-Request-Id", b"n"),), b"{}")
     body, report = decoded(build_state(run))
 
     assert list(body) == STATE_KEYS
@@ -134,7 +134,7 @@ def test_the_live_state_is_the_report_then_the_run(tree: Path) -> None:
                                 "bind": "content", "normalize": True, "divergence": "fail"}
     assert (body["cwd"], body["holding"], body["bindings"], body["cursors"]) == ("/w", 0, {"agent": "p"},
                                                                                  {"agent": 1})
-    assert body["journal"][0]["headers"] == {"x-note": "n"}
+    assert body["journal"][0]["headers"] == {"x-request-id": "n"}
     assert body["journal_dropped"] == 0
     # The API reads a live answer as a report, keeping the rest of it in `state`.
     assert without_state(report) == build_report(run)

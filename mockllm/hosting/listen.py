@@ -16,6 +16,9 @@ from typing import Any, Self
 from aiohttp import web
 
 from mockllm.errors import MockllmError
+from mockllm.hosting import guard
+from mockllm.hosting.guard import GuardedSite
+from mockllm.hosting.log_rate import limit_repeats
 
 # Held streams (hangs, recorded calls still streaming) are cancelled on shutdown; nothing else needs long.
 SHUTDOWN_TIMEOUT = 1.0
@@ -61,11 +64,15 @@ async def listen(app: web.Application, host: str, port: int) -> tuple[web.AppRun
     """Serve `app` on the running loop: its runner, and the port it is bound to (`port` 0 picks a
     free one). An address that cannot be bound raises CannotListen, with nothing left set up."""
     # handler_cancellation: a client that leaves cancels its handler, which is what frees a hang
-    # (and what tells the recorder that the agent cancelled a call).
-    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None)
+    # (and what tells the recorder that the agent cancelled a call). auto_decompress off: a compressed
+    # body is inflated by `bodies.read_body`, which stops at the body limit. Idle connections are
+    # closed (`guard`), and a line the log repeats is limited (`log_rate`).
+    limit_repeats()
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None,
+                           auto_decompress=False, keepalive_timeout=guard.IDLE_TIMEOUT)
     try:
         await runner.setup()
-        site = web.TCPSite(runner, host, port)
+        site = GuardedSite(runner, host, port)
         try:
             await site.start()
         except OSError as exc:

@@ -27,6 +27,7 @@ from mockllm.record.proxy import Recorder, create_app
 from mockllm.record.redact import Redactor
 from mockllm.record.tree import SessionTree
 from mockllm.record.upstream import Upstream
+from mockllm.shown_url import shown_url
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,14 +117,25 @@ def record_forever(options: RecordOptions) -> int:
 
 async def _record(options: RecordOptions) -> None:
     recorder = await start_recorder(options)
-    banner = [f"mockllm recording to {options.out}, forwarding to {options.upstream}, on {recorder.base_url}",
+    banner = [f"mockllm recording to {options.out}, forwarding to {shown_url(options.upstream)}, "
+              f"on {recorder.base_url}",
               f"  {recorder.base_url}/v1",
               *(f"  {recorder.base_url}/mcp/{name}" for name in (recorder.mcp.writers if recorder.mcp else ()))]
     try:
         await serve_until_signalled(recorder, banner)
     finally:
-        tree = recorder.tree
-        sessions = ", ".join([*(s.file for s in tree.sessions.values()), *tree.side.files]) or "no sessions"
-        if tree.embeddings:
-            sessions += f" and {len(tree.embeddings)} embeddings call(s) (embeddings.json)"
-        print(f"mockllm stopped; recorded {sessions} in {options.out}", flush=True)
+        print(closing_line(recorder.tree), flush=True)
+
+
+def closing_line(tree: SessionTree) -> str:
+    """What `mockllm record` says when it stops: the files it wrote (only those on disk), and how many
+    writes failed, if any did (their logs keep their `.partial` names; the log said why)."""
+    files = [f for f in (*(s.file for s in tree.sessions.values()), *tree.side.files) if (tree.out / f).is_file()]
+    line = f"mockllm stopped; recorded {', '.join(files) or 'no sessions'}"
+    if tree.embeddings:
+        line += f" and {len(tree.embeddings)} embeddings call(s) (embeddings.json)"
+    line += f" in {tree.out}"
+    if tree.failures:
+        line += (f"; {len(tree.failures)} write(s) failed (first: {tree.failures[0]}): the logs concerned keep "
+                 ".partial names, and the tree may miss calls")
+    return line

@@ -104,8 +104,8 @@ class EpisodeRecording(RunRecording):
     def record_failure(self, caller: Caller, call: ObservedCall, failed: Failed) -> None:
         # Statuses the forwarder let through (a 400, say) are still not an episode worth keeping.
         if failed.status < 500 and failed.status not in (401, 403, 407, 429):
-            self.on_failure(caller, failed.status, f"the upstream answered {failed.status} {failed.code}: "
-                            f"{failed.message}")
+            self.on_failure(caller, failed.status, self.redactor.text(
+                f"the upstream answered {failed.status} {failed.code}: {failed.message}"))
 
     def record_cut(self, caller: Caller, call: ObservedCall, failure: Failure) -> None:
         """Told to `on_failure` by the forwarder already: nothing to keep."""

@@ -37,8 +37,11 @@ from multidict import CIMultiDict
 from mockllm.dsh.chunks import Failure, FinishChunk, FinishReason
 from mockllm.errors import RecordError
 from mockllm.record.call import ObservedCall, TimedChunk, read_inputs
+from mockllm.record.redact import Redactor
 from mockllm.record.tree import Caller, Failed
 from mockllm.record.upstream import Answer, Exchange, Upstream, UpstreamCut, UpstreamError
+from mockllm.shown_headers import header_secrets
+from mockllm.shown_url import shown_url, url_secrets
 from mockllm.wire import DEFAULT
 from mockllm.wire.dialect import Dialect, FrameReader, SSEEvent, StreamDecoder
 from mockllm.wire.request import Request, system_text
@@ -60,7 +63,9 @@ def now_ms() -> int:
 
 
 class Sink(Protocol):
-    """Where forwarded calls are recorded (`tree.SessionTree` has these three)."""
+    """Where forwarded calls are recorded (`tree.SessionTree` has these), masking what its `redactor` masks."""
+
+    redactor: Redactor
 
     def record(self, caller: Caller, call: ObservedCall) -> None: ...
 
@@ -92,6 +97,7 @@ class Forwarder:
         self.on_failure = on_failure
         self.defer = defer  # record calls only when `settle` is called (a record-mode run, written at its end)
         self.replies: dict[str, str] = {}  # upstream reply id -> recorded session id (Responses chains)
+        self.shown: frozenset[str] = frozenset()  # headers naming sessions (`--session-header`): not credentials
         self.in_flight = 0  # calls forwarded and not yet recorded
         self._pending: deque[tuple[Work, tuple[Any, ...]]] = deque()  # in the order calls ended
         self._worker: asyncio.Task[None] | None = None
@@ -115,7 +121,9 @@ class Forwarder:
     def start(self, request: web.Request, url: str, body: bytes, dialect: Dialect | None = None) -> Exchange:
         """Begin forwarding a request: sent now if a kept-alive connection to its upstream is idle
         (`Upstream.start`), so the caller's own work on it overlaps the upstream's. A dialect's call
-        goes as the dialect says (`Dialect.upstream_request`: Bedrock signs it again)."""
+        goes as the dialect says (`Dialect.upstream_request`: Bedrock signs it again). The credentials
+        it carries (in its headers, in the URL) are masked from then on wherever the sink writes."""
+        self.sink.redactor.learn([*header_secrets(request.raw_headers, self.shown), *url_secrets(url)])
         headers = forwarded(request.raw_headers)
         if dialect is not None:
             try:
@@ -142,7 +150,7 @@ class Forwarder:
             upstream = await exchange.answer()
         except UpstreamError as exc:
             # Nothing was answered, so nothing is recorded: the call never happened as far as replay goes.
-            message = f"cannot reach the upstream {url}: {exc}"
+            message = self.sink.redactor.text(f"cannot reach the upstream {shown_url(url)}: {exc}")
             log.warning("mockllm record: %s", message)
             if target is not None:
                 self._failed(target.caller, 502, message)
@@ -301,8 +309,8 @@ class Forwarder:
             self.replies[decoder.reply_id] = caller.session
 
     def _failed(self, caller: Caller, status: int, message: str) -> None:
-        if self.on_failure is not None:
-            self.on_failure(caller, status, message)
+        if self.on_failure is not None:  # a run's failure is shown: a key the upstream echoed is masked
+            self.on_failure(caller, status, self.sink.redactor.text(message))
 
 
 def offers_tools(request: Request) -> bool:
@@ -349,7 +357,7 @@ def _failure(status: int, body: bytes) -> Failed:
     the code), `{"error":"message"}` (Ollama: no code) or `{"message"}` (Bedrock: its type, in a
     header, is not kept; replay names it again by status)."""
     error: Any = None
-    with contextlib.suppress(msgspec.DecodeError, AttributeError):
+    with contextlib.suppress(msgspec.DecodeError, AttributeError, RecursionError):
         whole = msgspec.json.decode(body)
         error = whole.get("error")
         if error is None and isinstance(whole.get("message"), str):

@@ -26,19 +26,24 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from mockllm.errors import RecordError, RequestError
+from mockllm.errors import TOO_DEEP, RecordError, RequestError
+from mockllm.hosting.bodies import MAX_BODY, read_body
 from mockllm.record.call import ObservedCall, observe
 from mockllm.record.forward import Forwarder, OnFailure, Target, now_ms, offers_tools
 from mockllm.record.tree import Caller, Lineage, SessionTree
 from mockllm.record.upstream import Exchange, Upstream
 from mockllm.replay.conversations import ConversationIndex
-from mockllm.replay.routing import calling_session, header_session
+from mockllm.replay.routing import calling_session, header_session, text_header
 from mockllm.scenario.embeddings import RecordedEmbedding
-from mockllm.wire import DIALECTS
+from mockllm.wire import DEFAULT, DIALECTS
 from mockllm.wire.dialect import Dialect
 from mockllm.wire.embeddings import EMBEDDINGS_APIS, EmbeddingsAPI
 from mockllm.wire.request import Request, system_text
 
+# `mockllm record` writes each call after it is answered, off the client's path. Under load that
+# work could fall behind without bound (killed after 61 answered calls, 31 were not on disk): once
+# this many answered calls (or file writes) wait, a new call is forwarded only when they are on disk.
+LAG_BOUND = 8
 log = logging.getLogger("mockllm.record.command")
 
 PARENT_HEADER = "x-mockllm-parent"
@@ -63,7 +68,9 @@ class Recorder:
     def into(cls, tree: SessionTree, upstream: str, client: Upstream, session_headers: tuple[str, ...],
              on_failure: OnFailure | None = None, *, defer: bool = False) -> Recorder:
         """A recorder writing `tree`, forwarding through `client` (`defer`: see `Forwarder`)."""
-        return cls(tree, upstream, Forwarder(client, tree, on_failure, defer=defer), session_headers)
+        forwarder = Forwarder(client, tree, on_failure, defer=defer)
+        forwarder.shown = frozenset(session_headers)
+        return cls(tree, upstream, forwarder, session_headers)
 
     def session_of(self, headers: Mapping[str, str], request: Request) -> str:
         """The calling session's recorded id, found as replay will find it (`replay.routing`)."""
@@ -83,8 +90,18 @@ class Recorder:
         `neutral` when the caller has read and decoded the request already, `exchange` when it has
         begun sending it (`Forwarder.start`)."""
         if body is None:
-            body = await request.read()
+            body = await read_body(request, MAX_BODY)
+            if body is None:
+                return refused(dialect, f"request body over {MAX_BODY} bytes (inflated)", 413)
         url = url or self.upstream_url(request.path_qs)
+        try:  # before anything is sent: a session the recording cannot name is refused, not recorded
+            self.check_headers(request.headers)
+        except RequestError as exc:
+            if exchange is not None:
+                exchange.close()
+            return refused(dialect, str(exc))
+        if not self.forwarder.defer and self.backlog() >= LAG_BOUND:
+            await self.caught_up()
         if exchange is None:  # sent now on an idle connection: decoding and routing overlap the upstream's work
             exchange = self.forwarder.start(request, url, body, dialect)
         if dialect is not None and neutral is None:
@@ -92,6 +109,8 @@ class Recorder:
                 neutral = dialect.decode_routed(body, request.match_info)
             except RequestError as exc:
                 log.warning("%s: not recorded: %s", request.path, exc)
+            except RecursionError:
+                log.warning("%s: not recorded: %s", request.path, TOO_DEEP)
         # Routed and numbered as it arrives, before it is forwarded: the order answers end in must
         # not decide which session a request joins, nor the order of sessions in the tree. What it
         # brings is read then too, unless the call is recorded later anyway (`defer`).
@@ -115,7 +134,9 @@ class Recorder:
         """Forward a `count_tokens` call (to `url`, else where `upstream_url` says); the answer goes
         back as it came, and a count the upstream gave is kept in the tree."""
         if body is None:
-            body = await request.read()
+            body = await read_body(request, MAX_BODY)
+            if body is None:
+                return refused(None, f"request body over {MAX_BODY} bytes (inflated)", 413)
         response = await self.forwarder.forward(request, url or self.upstream_url(request.path_qs), body, None, None)
         pair = counted_pair(body, response)
         if pair is not None:
@@ -137,6 +158,21 @@ class Recorder:
             except RecordError as exc:  # it ended after the recording closed: the client has its answer still
                 log.warning("%s: embeddings not recorded: %s", request.path, exc)
         return response
+
+    def backlog(self) -> int:
+        """Calls answered and not yet on disk, counting the file work (a log's batch, a sidecar) each waits on."""
+        return self.forwarder.in_flight + self.tree.unwritten
+
+    async def caught_up(self) -> None:
+        """Wait until every call answered so far is recorded and on disk."""
+        await self.forwarder.settled()
+        await self.tree.flushed()
+
+    def check_headers(self, headers: Mapping[str, str]) -> None:
+        """Raise RequestError for a session or lineage header that is not UTF-8 (`routing.text_header`):
+        its value would be written in the session's log header, and no log can hold it."""
+        header_session(headers, self.session_headers)
+        text_header(headers, PARENT_HEADER)
 
     def upstream_url(self, path_qs: str) -> str:
         """Where a path of the proxy goes upstream: under `/v1`, the upstream base plus the rest;
@@ -165,7 +201,7 @@ def counted_pair(body: bytes, response: web.StreamResponse) -> tuple[Any, Any] |
         return None
     try:
         return msgspec.json.decode(body), msgspec.json.decode(response.body)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None
 
 
@@ -182,16 +218,29 @@ def embedded_pair(api: EmbeddingsAPI, params: Mapping[str, str], body: bytes,
         return None
     return RecordedEmbedding(api.name, call.model, request, answer) if isinstance(answer, dict) else None
 
+def refused(dialect: Dialect | None, message: str, status: int = 400) -> web.Response:
+    """An error in the dialect's shape (OpenAI's for a path no dialect reads), never retried."""
+    code = "request_too_large" if status == 413 else "invalid_request"
+    body = (dialect or DEFAULT).error_body(f"mockllm record: {message}", code, status)
+    return web.Response(status=status, body=body, content_type="application/json", headers={"x-should-retry": "false"})
+
 
 def lineage_of(headers: Mapping[str, str]) -> Lineage:
-    """What a call's headers say of its session's lineage (`x-mockllm-parent`, `x-mockllm-fork`)."""
-    return Lineage(headers.get(PARENT_HEADER) or None,
+    """What a call's headers say of its session's lineage (`x-mockllm-parent`, `x-mockllm-fork`); a parent
+    that is not UTF-8 text names no session (`Recorder.check_headers` refuses it where it can)."""
+    parent = headers.get(PARENT_HEADER) or None
+    if parent is not None and not parent.isascii():
+        try:
+            parent.encode("utf-8")
+        except UnicodeEncodeError:
+            parent = None
+    return Lineage(parent,
                    headers.get(FORK_HEADER, "").strip().lower() in ("true", "1", "yes"))
 
 
 def create_app(recorder: Recorder, install: Callable[[web.Application], None] | None = None) -> web.Application:
     """The proxy's routes; `install` adds more before the catch-all forward (the MCP servers' `/mcp/NAME`)."""
-    app = web.Application(client_max_size=1024**3)
+    app = web.Application(client_max_size=MAX_BODY)
     app.router.add_post(COUNT_TOKENS_ROUTE, recorder.count_tokens)
     for api in EMBEDDINGS_APIS:  # before the dialects': Gemini's `{model}:{verb}` would take its routes
         for route in api.routes:

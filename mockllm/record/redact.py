@@ -1,6 +1,8 @@
 """`--redact REGEX` and `--cwd DIR`: rewrite every string the recorder writes.
 
-`--redact` masks secrets with `[REDACTED]`; `--cwd` writes `{{cwd}}` for the agent's working
+`--redact` masks secrets with `[REDACTED]`, and so is every credential the client forwarded in the
+recorded session (`learn`: its headers' values but harmless ones', the upstream URL's user
+information and query values), should the upstream echo one back; `--cwd` writes `{{cwd}}` for the agent's working
 folder, as dsh does, so that a replay serves the run's own folder there (`script.templates`). The
 folder counts only as a whole path: `/work/app` in `/work/app/x.py` or at the end of a sentence
 (`in /work/app.`) is replaced, in `/work/apple`, `/work/app-2` or `/work/app.txt` it is not. It is
@@ -46,9 +48,27 @@ class Redactor:
             # A word character, `-` or `.x` right after it would make it another file's name.
             self.rules.append((re.compile(re.escape(folder) + r"(?![\w-]|\.\w)"), CWD))
         self.rules += [(p if isinstance(p, re.Pattern) else _compile(p), MASK) for p in patterns]
+        self._learned: set[str] = set()  # credentials seen in forwarded requests (`learn`)
+        self._learned_rule: int | None = None  # where their one rule is in `rules`
 
     def __bool__(self) -> bool:
         return bool(self.rules)
+
+    def learn(self, secrets: Iterable[str]) -> None:
+        """Mask these credentials (as written, literally) from now on: a key the client forwarded may
+        come back in an error body or an answer's content, and must not be written then either."""
+        new = [s for s in dict.fromkeys(secrets) if s and s not in self._learned]
+        if not new:
+            return
+        self._learned.update(new)
+        # One pattern for them all (longest first, so a key is masked whole where another is its prefix):
+        # a session's credentials cost one pass over each string, however many there are.
+        rule = (re.compile("|".join(re.escape(s) for s in sorted(self._learned, key=len, reverse=True))), MASK)
+        if self._learned_rule is None:
+            self._learned_rule = len(self.rules)
+            self.rules.append(rule)
+        else:
+            self.rules[self._learned_rule] = rule
 
     def text(self, value: str) -> str:
         for pattern, replacement in self.rules:

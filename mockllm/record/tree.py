@@ -19,7 +19,8 @@ their `.partial` names, which `dsh.writer.recover` turns into that provisional t
 valid). On `close()` every log whose place differs is written anew under its final name and header
 (`SessionWriter.close(path=, header=)`), the others are renamed, and the sidecar is rewritten for
 the final primary. A crash in those few milliseconds can leave some logs finished and others
-partial. The file work runs on one writer thread, in order: an fsync takes milliseconds, and on the
+partial: such a folder does not load (`scenario.load.unfinished_logs`), never a tree with sessions
+missing. The file work runs on one writer thread, in order: an fsync takes milliseconds, and on the
 event loop it would hold back every stream the proxy is forwarding meanwhile. The tree's state
 (turns, seeds, what lineage reads) is kept on the loop, when each call ends.
 """
@@ -61,6 +62,7 @@ from mockllm.record.wire import keep_wire
 from mockllm.scenario.count_tokens import request_key, write_counts
 from mockllm.scenario.embeddings import RecordedEmbedding, call_of, write_embeddings
 from mockllm.scenario.envelopes import ENVELOPES_FILE
+from mockllm.scenario.load import is_scenario
 from mockllm.script.entries import ChunksEntry, Entry, ThrowEntry
 from mockllm.script.templates import CWD
 
@@ -126,6 +128,8 @@ class SessionTree:
         self.layout: Layout | None = None  # the finished tree's shape, once closed
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mockllm-record")
         self._arrivals = 0
+        self._submitted = 0  # file work submitted, on the loop
+        self._written = 0  # file work done, on the writer thread
         self.side = SideRoutes(out, side_routes, self._submit, repeating)
         self.counts: dict[bytes, tuple[Any, Any]] = {}  # count_tokens (request, answer) by request, as written
         self.embeddings: dict[bytes, RecordedEmbedding] = {}  # embeddings calls by content, as written
@@ -139,6 +143,10 @@ class SessionTree:
         if taken:
             raise AlreadyRecorded(f"{out} already holds a recording ({', '.join(sorted(taken))}); "
                                   "record into a new or empty folder")
+        held = scenarios_under(out)
+        if held:  # a log beside them would make the whole suite load as one scenario
+            raise AlreadyRecorded(f"{out} is a suite: it holds scenario(s) {', '.join(held[:5])}; record into a "
+                                  f"new folder inside it (--out {out / 'NEW_SCENARIO'})")
 
     @property
     def primary(self) -> RecordedSession | None:
@@ -268,7 +276,13 @@ class SessionTree:
         session.rows.extend(rows)
         self._submit(_append_rows, session, rows)
 
+    @property
+    def unwritten(self) -> int:
+        """File work submitted and not yet done (each counter is written by one thread only)."""
+        return self._submitted - self._written
+
     def _submit(self, work: Callable[..., None], *args: Any) -> None:
+        self._submitted += 1
         self._io.submit(self._guarded, work, *args)
 
     def _guarded(self, work: Callable[..., None], *args: Any) -> None:
@@ -277,11 +291,18 @@ class SessionTree:
         except Exception as exc:  # a full disk must not end the recording of the other sessions
             log.error("%s: recording failed: %s", self.out, exc)
             self.failures.append(exc)
+        finally:
+            self._written += 1
 
     def _finish(self, layout: Layout) -> None:
         """Give every session its place in the finished tree, and its log its final name and header."""
         self.layout = layout
         provisional = self.primary
+        primary = self.sessions[layout.primary]
+        # The final sidecar first: until every log is renamed the folder holds `.partial` logs and does
+        # not load, so a crash in between never leaves finished logs beside the provisional sidecar.
+        if primary is not provisional and (primary.patches or (provisional is not None and provisional.patches)):
+            self._submit(_write_sidecar, self.out / SIDECAR_FILE, primary.patches)
         numbers = {child: number for number, child in enumerate(layout.children, 1)}
         for session in self.sessions.values():
             file = PRIMARY_FILE if session.id == layout.primary else child_file(numbers[session.id])
@@ -296,9 +317,6 @@ class SessionTree:
                 f"{self.sessions[c].file} is {self.sessions[layout.parents[c]].file}'s child"
                 for c in layout.children if c in layout.inferred))
         self.sessions = {s: self.sessions[s] for s in (layout.primary, *layout.children)}
-        primary = self.sessions[layout.primary]
-        if primary is not provisional and (primary.patches or (provisional is not None and provisional.patches)):
-            self._submit(_write_sidecar, self.out / SIDECAR_FILE, primary.patches)
         for session in self.sessions.values():
             if session is not primary and session.patches:
                 log.warning("session %s (%s): %d upstream failure(s) recorded as error finishes; only the "
@@ -348,6 +366,19 @@ class SessionTree:
         session.patches.append({"at": session.events.calls - 1, "entry": msgspec.to_builtins(entry)})
         if session is self.primary:
             self._submit(_write_sidecar, self.out / SIDECAR_FILE, list(session.patches))
+
+
+def scenarios_under(folder: Path) -> list[str]:
+    """The scenarios a folder holds, one or two levels down (a suite's groups: DESIGN §6), by name."""
+    found = []
+    for child in sorted(folder.iterdir()):
+        if not child.is_dir() or child.name.startswith("."):
+            continue
+        if is_scenario(child):
+            found.append(child.name)
+        else:
+            found += [f"{child.name}/{g.name}" for g in sorted(child.iterdir()) if g.is_dir() and is_scenario(g)]
+    return found
 
 
 def _append_rows(session: RecordedSession, rows: list[EventLike]) -> None:

@@ -8,21 +8,17 @@ its script therefore costs a bounded amount of memory, however long it retries.
 
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter, deque
 from collections.abc import Iterator
 from typing import Any
 
 from mockllm.errors import ReplayFailure
+from mockllm.shown_headers import shown_value
 
 JOURNAL_LIMIT = 1000
 FAILURES_KEPT = 100
 BODY_KEPT = 64 * 1024  # bytes of each request body kept in its record
-# `x-…` headers that carry a credential (`x-api-key`, `x-goog-api-key`, `x-auth-token`): the journal
-# is shown to people (the inspector page, a report file kept as a CI artifact), so their values never are.
-SECRET_HEADER = re.compile(r"key|token|secret|auth|passw|cookie|credential|signature", re.IGNORECASE)
-REDACTED = "[redacted]"
 
 
 class CallRecord:
@@ -75,13 +71,14 @@ RawHeaders = tuple[tuple[bytes, bytes], ...]
 
 
 def client_headers(raw_headers: RawHeaders) -> dict[str, str]:
-    """Of a request's headers, those the client sent for its own reasons (`x-…`), lowercased; a
-    credential's value is redacted."""
+    """Of a request's headers, those the client sent for its own reasons (`x-…`), lowercased; the value
+    of any but the known harmless ones (`mockllm.shown_headers`) is redacted: the journal is shown to
+    people (the inspector page, a report file kept as a CI artifact)."""
     out = {}
     for k, v in raw_headers:
         if k[:2] in (b"x-", b"X-"):
             name = k.decode("latin-1").lower()
-            out[name] = REDACTED if SECRET_HEADER.search(name) else v.decode("utf-8", "replace")
+            out[name] = shown_value(name, v.decode("utf-8", "replace"))
     return out
 
 
@@ -109,6 +106,10 @@ class Journal:
 
     def __len__(self) -> int:
         return len(self._records)
+
+    def latest(self) -> CallRecord | None:
+        """The last call recorded, if any."""
+        return self._records[-1] if self._records else None
 
     def numbered(self, number: int) -> CallRecord | None:
         """The run's call `number` (0-based, counting dropped ones), while the journal keeps it."""

@@ -14,16 +14,34 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from mockllm.errors import RequestError
 from mockllm.wire.request import Request
 
 
 def header_session(headers: Mapping[str, str], names: Sequence[str]) -> str | None:
-    """The value of the first of the session headers `names` that `headers` carry (empty counts)."""
+    """The value of the first of the session headers `names` that `headers` carry (empty counts).
+    Raises RequestError for a value that is not UTF-8 (see `text_header`)."""
     for name in names:
-        value = headers.get(name)
+        value = text_header(headers, name)
         if value is not None:
             return value
     return None
+
+
+def text_header(headers: Mapping[str, str], name: str) -> str | None:
+    """A header's value, which must be UTF-8 text: it names a session, and a session's id is written in
+    logs, journals and reports. aiohttp keeps bytes that are not UTF-8 as lone surrogates, which no
+    file or JSON answer can hold: such a value is a RequestError naming the header, never a session."""
+    value = headers.get(name)
+    if value is None or value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = value.encode("utf-8", "surrogateescape").decode("latin-1")
+        raise RequestError(f"header {name}: {shown!r} is not UTF-8 text; send it as UTF-8 (Python's urllib "
+                           "and http.client send latin-1: pass the value encoded as UTF-8 bytes)") from None
+    return value
 
 
 def calling_session(header_id: str | None, request: Request, continued: Callable[[str], str | None],

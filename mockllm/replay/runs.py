@@ -1,5 +1,12 @@
 """Every run of a server: the default run per scenario, runs created by clients, and the last few
-that ended (the inspector still shows them, and a failing test fetches its report after ending it)."""
+that ended (the inspector still shows them, and a failing test fetches its report after ending it).
+
+Both are bounded. A client may create runs and never end them (a crashed test process, a script in
+a loop): past `LIVE_KEPT` live runs, creating one first ends the run that has been idle the longest
+(no call since it was created or since its last call), as `DELETE` would; a run that records is
+never ended so (its recording is written only when its client ends it), nor one holding a stream,
+and when no live run can be ended, a new one is refused (`TooManyRuns`). Ended runs are kept `ENDED_KEPT` at most.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +25,13 @@ from mockllm.scenario.load import Scenario
 # Ended runs kept for the inspector and reports: enough for a watched suite's latest tests, and
 # bounded, since each keeps its journal (up to journal_limit calls of up to 64 KiB each).
 ENDED_KEPT = 16
+# Live runs kept: far more than a test suite runs at once (each is one test's run), and bounded, since
+# each keeps a journal. A module attribute, read when a run is created, so a test may lower it.
+LIVE_KEPT = 2000
+
+
+class TooManyRuns(Exception):
+    """LIVE_KEPT runs are live and every one of them records: none can be ended to make room."""
 
 Change = Literal["created", "ended", "reset"]
 # Told of every run created (default runs too), ended or reset; the server's inspector events.
@@ -51,6 +65,7 @@ class Runs:
         """A new run of `scenario`, with the server's settings and a run's JSON `overrides` over them;
         `episodes`: under new_episodes, what the recording cannot serve goes to the upstream."""
         options = self._options
+        self._make_room()
         run = Run(f"run-{next(self._ids)}", self._scenarios[scenario], self.settings(overrides), options.headerless,
                   journal=Journal(options.journal_limit), catalog=self.catalogs[scenario], episodes=episodes)
         if overrides and overrides.get("faults"):
@@ -63,6 +78,7 @@ class Runs:
     def create_recording(self, name: str, folder: Path, overrides: Mapping[str, Any] | None = None) -> Run:
         """A new run that records scenario `name` (to be written at `folder`) from scratch: every call
         goes to the upstream, nothing is replayed."""
+        self._make_room()
         scenario = Scenario(name, folder, [])
         run = Run(f"run-{next(self._ids)}", scenario, self.settings(overrides), self._options.headerless,
                   journal=Journal(self._options.journal_limit), catalog=Catalog(scenario), recording=True)
@@ -70,6 +86,22 @@ class Runs:
         self._runs[run.id] = run
         self._tell("created", run)
         return run
+
+    def _make_room(self) -> None:
+        """End the live run idle the longest (by its last call, else its creation) when LIVE_KEPT are live."""
+        if len(self._runs) < LIVE_KEPT:
+            return
+        idle = [run for run in self._runs.values() if not run.recording and not run.episodes and not run.holding]
+        if not idle:
+            raise TooManyRuns(f"{len(self._runs)} runs are live and every one records or holds a stream; end one "
+                              "(DELETE /_mockllm/runs/RUN) before creating another")
+        self.end(min(idle, key=_last_used).id)
+
+    def discard(self, run_id: str) -> None:
+        """Forget a run that was never used (its recording could not begin): not kept as ended."""
+        run = self._runs.pop(run_id, None)
+        if run is not None:
+            self._tell("ended", run)
 
     def add_scenario(self, scenario: Scenario) -> None:
         """A scenario recorded (or recorded anew) while serving: later runs replay it, and its default
@@ -138,3 +170,9 @@ class Runs:
 
     def __len__(self) -> int:
         return len(self._runs)
+
+
+def _last_used(run: Run) -> float:
+    """When a run last took a call (its journal's latest arrival), else when it was created."""
+    last = run.journal.latest()
+    return last.at if last is not None else run.created

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mockllm.dsh.header import SessionHeader, SessionKind
-from mockllm.dsh.names import CHILD_FILE, EMBEDDINGS_FILE, MANIFEST_FILE, PRIMARY_FILE, SIDECAR_FILE
+from mockllm.dsh.names import CHILD_FILE, EMBEDDINGS_FILE, MANIFEST_FILE, PARTIAL_SUFFIX, PRIMARY_FILE, SIDECAR_FILE
 from mockllm.dsh.reader import SessionLog, read_log
 from mockllm.errors import NotAScenarioError, RecordingError, ScenarioError
 from mockllm.mcp.log import FILE as MCP_FILE
@@ -138,6 +138,9 @@ class Suite:
 # A suite holds scenarios one level down too (`recordings/test_agent/test_tool_loop/`, as the
 # pytest plugin names them after the test): a scenario's name is its path in the suite.
 MAX_NAME_DEPTH = 2
+# Bytes of one part of a scenario name: a folder name holds 255, and a recording is staged beside it
+# under a longer one (`.NAME.recording-XXXXXXXX`).
+MAX_NAME_PART = 200
 
 
 def name_problem(name: str) -> str | None:
@@ -151,15 +154,28 @@ def name_problem(name: str) -> str | None:
     if "\\" in name or any(p.startswith(".") or any(ord(c) < 32 for c in p) for p in parts):
         return (f"scenario name {name!r}: no backslash, control character or leading dot (hidden folders are "
                 "mockllm's own)")
+    longest = max(len(p.encode("utf-8", "surrogatepass")) for p in parts)
+    if longest > MAX_NAME_PART:
+        return (f"scenario name {name[:60]!r}…: a part of it is {longest} characters (UTF-8 bytes) long; a folder "
+                f"name is at most {MAX_NAME_PART} here: name it shorter")
     return None
 
 
 def is_scenario(path: Path) -> bool:
     """A session log, a sidecar, or recordings beside the model alone: embeddings (a retrieval test
     that made no model call) or MCP servers (an agent's tools, replayed beside whatever model the
-    test brings)."""
+    test brings). One with `.partial` logs too fails to load (`load_scenario`)."""
     return (any((path / name).is_file() for name in (PRIMARY_FILE, SIDECAR_FILE, EMBEDDINGS_FILE))
             or bool(mcp_files(path)))
+
+
+def unfinished_logs(path: Path) -> list[str]:
+    """The session logs of `path` still named `.partial`: a recording that did not finish, or was
+    killed while it finished (some logs renamed, others not)."""
+    try:
+        return sorted(p.name for p in path.glob(f"session*.jsonl{PARTIAL_SUFFIX}"))
+    except OSError:
+        return []
 
 
 def session_files(path: Path) -> list[Path]:
@@ -181,6 +197,12 @@ def load_scenario(path: Path, *, keep_logs: bool = False, side_routes: Sequence[
     """
     if not path.is_dir() or not is_scenario(path):
         raise NotAScenarioError(f"{path}: not a scenario (no {PRIMARY_FILE} and no {SIDECAR_FILE})")
+    unfinished = unfinished_logs(path)
+    if unfinished:  # loading the logs that finished would replay a tree with sessions missing
+        raise ScenarioError(name or path.name, [RecordingError(path / unfinished[0], None, (
+            f"the recording did not finish: {len(unfinished)} log(s) still named .partial "
+            f"({', '.join(unfinished[:4])}); it was interrupted (killed while recording or finishing). Salvage "
+            "each with mockllm.dsh.writer.recover(PATH), which keeps its complete calls, or record it again"))])
     files = session_files(path)
     primary = path / PRIMARY_FILE if (path / PRIMARY_FILE).is_file() else None
     sidecar = path / SIDECAR_FILE if (path / SIDECAR_FILE).is_file() else None

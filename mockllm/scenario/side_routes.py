@@ -80,11 +80,25 @@ def read_manifest(folder: Path) -> list[SideRouteSpec]:
 
 
 def script_path(folder: Path, spec: SideRouteSpec) -> Path:
-    """Where a route's script is: in the scenario folder (a command-line FILE may also be elsewhere)."""
+    """Where a route's script is: in the scenario folder (a command-line FILE may also be elsewhere).
+
+    A script `mockllm.json` declares is the scenario's own: one that is absolute, or leaves the folder
+    (`../`, a symlink out of it) is a RecordingError, as a hang's `readyFile` leaving the run's folder
+    is. A suite may come from anyone; serving it must not read the machine's other files."""
     path = Path(spec.script)
+    if spec.origin == MANIFEST_FILE:
+        inside = folder / path
+        try:
+            outside = path.is_absolute() or not inside.resolve().is_relative_to(folder.resolve())
+        except (OSError, RuntimeError):  # a symlink loop
+            outside = True
+        if outside:
+            raise RecordingError(folder / MANIFEST_FILE, None, f"side route {spec.model!r}: its script "
+                                 f"{spec.script} is outside the scenario folder; keep it in {folder}")
+        return inside
     if path.is_absolute():
         return path
-    if spec.origin != MANIFEST_FILE and not (folder / path).exists():
+    if not (folder / path).exists():
         return path.resolve()
     return folder / path
 

@@ -20,7 +20,8 @@ from collections.abc import Awaitable, Callable, Mapping
 import msgspec
 from aiohttp import web
 
-from mockllm.errors import RecordingError, RequestError
+from mockllm.errors import TOO_DEEP, RecordingError, RequestError
+from mockllm.hosting.bodies import MAX_BODY, read_body
 from mockllm.numbering import call_name
 from mockllm.options import ServeOptions
 from mockllm.replay.outcome import Live
@@ -28,7 +29,7 @@ from mockllm.replay.routing import header_session
 from mockllm.replay.run import Run
 from mockllm.replay.runs import Runs
 from mockllm.scenario.load import Suite
-from mockllm.server.admin import Admin, read_body, scenario_error
+from mockllm.server.admin import Admin, scenario_error
 from mockllm.server.embeddings import EmbeddingsRoutes
 from mockllm.server.events import Hub
 from mockllm.server.inspector import Inspector
@@ -43,7 +44,6 @@ from mockllm.wire.models import ANTHROPIC_VERSION, models_body
 
 log = logging.getLogger("mockllm")
 
-MAX_BODY = 64 * 1024 * 1024  # agent histories get long; far past that is a client bug
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -121,6 +121,8 @@ class MockServer:
                 early.close()
             if isinstance(exc, RequestError):
                 return mock_error(400, "invalid_request", f"run {run.id}: {exc}", dialect=dialect)
+            if isinstance(exc, RecursionError):
+                return mock_error(400, "invalid_request", f"run {run.id}: {TOO_DEEP}", dialect=dialect)
             raise
         record = outcome.record
         hub = self.hub
@@ -178,6 +180,8 @@ class MockServer:
         except msgspec.DecodeError:
             return mock_error(400, "invalid_request", f"run {run.id}: the count_tokens body is not JSON",
                               dialect=ANTHROPIC)
+        except RecursionError:
+            return mock_error(400, "invalid_request", f"run {run.id}: {TOO_DEEP}", dialect=ANTHROPIC)
         counted = None
         if not run.recording:
             try:

@@ -19,10 +19,10 @@ from aiohttp import web
 
 from mockllm.dsh.names import EMBEDDINGS_FILE
 from mockllm.errors import RequestError
+from mockllm.hosting.bodies import read_body
 from mockllm.replay.journal import CallRecord
 from mockllm.replay.run import Run
 from mockllm.scenario.embeddings import input_text, short
-from mockllm.server.admin import read_body
 from mockllm.server.events import Hub
 from mockllm.server.live import LiveCalls
 from mockllm.server.mock_errors import mock_error

@@ -26,7 +26,7 @@ from mockllm.inspector.view import RunView, run_view
 from mockllm.replay.report import build_state
 from mockllm.replay.run import Run
 from mockllm.replay.runs import Runs
-from mockllm.scenario.load import Suite
+from mockllm.scenario.load import Scenario, Suite
 from mockllm.scenario.summary import ScenarioSummary, summarize
 from mockllm.server.admin import base_url
 from mockllm.server.events import Hub
@@ -34,6 +34,7 @@ from mockllm.server.mock_errors import mock_error
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 HTML = "text/html"
+PAGE_RUNS = 50  # runs the live page shows when it loads
 # The page and views change as the runs do: never from a cache.
 NO_STORE = {"Cache-Control": "no-store"}
 
@@ -47,9 +48,8 @@ class Inspector:
         self.suite = suite
         self.runs = runs
         self.hub = hub
-        # Scenarios do not change while served: summarized once.
-        self.summaries: dict[str, ScenarioSummary] = {n: summarize(s) for n, s in suite.scenarios.items()}
-        self.broken = {name: [str(p) for p in error.problems] for name, error in suite.broken.items()}
+        # Summarized once per scenario loaded: a record-mode run adds scenarios (and rewrites them) while served.
+        self._summaries: dict[str, tuple[Scenario, ScenarioSummary]] = {}
 
     def routes(self) -> dict[str, dict[str, Handler]]:
         """Path -> method -> handler, for the app to add (`GET /_mockllm/runs` joins `POST` there)."""
@@ -67,9 +67,14 @@ class Inspector:
         raise web.HTTPPermanentRedirect("/_mockllm/")
 
     async def page(self, request: web.Request) -> web.Response:
-        views = [self._view(run, ended) for run, ended in reversed(list(self.runs.listing()))]
+        # The latest PAGE_RUNS only: a page of thousands of runs took seconds to build, and every other
+        # run waited meanwhile. The page adds runs as they change; GET /_mockllm/runs lists them all.
+        listed = list(self.runs.listing())
+        views = [self._view(run, ended) for run, ended in reversed(listed[-PAGE_RUNS:])]
         names = [*self.suite.scenarios]
-        text = live_page([self.summaries[n] for n in names], self.broken, views, server=base_url(request, ""),
+        broken = {name: [str(p) for p in error.problems] for name, error in self.suite.broken.items()}
+        summaries = [s for s in (self.summary(n) for n in names) if s is not None]
+        text = live_page(summaries, broken, views, server=base_url(request, ""),
                          base_urls={n: base_url(request, f"/scenarios/{n}/v1") for n in names}, body_url=body_url)
         return web.Response(text=text, content_type=HTML, headers=NO_STORE)
 
@@ -91,9 +96,11 @@ class Inspector:
             return found
         run = found[0]
         number = request.match_info["number"]
-        record = run.journal.numbered(int(number)) if number.isdigit() else None
+        # ASCII digits only, and few: `²` is a digit to str.isdigit, and int() refuses 5,000 of them.
+        record = run.journal.numbered(int(number)) if number.isascii() and number.isdigit() and len(number) < 19 \
+            else None
         if record is None:
-            return mock_error(404, "unknown_call", f"run {run.id} keeps no call {number}: its journal keeps calls "
+            return mock_error(404, "unknown_call", f"run {run.id} keeps no call {number[:40]}: its journal keeps calls "
                               f"{run.journal.dropped} to {run.journal.total - 1} (numbered from 0)")
         return web.Response(body=msgspec.json.encode(record.as_dict()), content_type="application/json",
                             charset="utf-8", headers=NO_STORE)
@@ -110,7 +117,7 @@ class Inspector:
         if isinstance(found, web.Response):
             return found
         run, ended = found
-        summary = self.summaries.get(run.scenario.name)
+        summary = self.summary(run.scenario.name)
         text = report_page(run_view(build_state(run), summary, ended=ended), summary)
         return web.Response(text=text, content_type=HTML, headers=NO_STORE)
 
@@ -124,4 +131,14 @@ class Inspector:
 
     def _view(self, run: Run, ended: bool) -> RunView:
         # No request bodies: a long run's journal holds up to 64 KiB per call; the page fetches one when opened.
-        return run_view(build_state(run, bodies=False), self.summaries.get(run.scenario.name), ended=ended)
+        return run_view(build_state(run, bodies=False), self.summary(run.scenario.name), ended=ended)
+
+    def summary(self, name: str) -> ScenarioSummary | None:
+        """The scenario's summary as it is served now (None for a run still recording it from scratch)."""
+        scenario = self.suite.scenarios.get(name)
+        if scenario is None:
+            return None
+        kept = self._summaries.get(name)
+        if kept is None or kept[0] is not scenario:
+            kept = self._summaries[name] = (scenario, summarize(scenario))
+        return kept[1]

@@ -8,7 +8,12 @@ recording; the live calls of the runs that record; their recordings, written whe
 | `new_episodes` | replayed; what it cannot serve goes live | recorded from scratch |
 | `rewrite` | recorded from scratch, replaced at the end | recorded from scratch |
 
-Only runs made with `POST /_mockllm/runs` record; a scenario's default run always replays. The
+Only runs made with `POST /_mockllm/runs` record; a scenario's default run always replays. A run may
+ask for a record mode of its own (`"record_mode"`) only when the server's is not `none`, or when
+its operator allowed it (`--allow-run-record-modes`, on by default for the Python API and the
+pytest plugin, whose caller starts the server for its own runs): a server started to replay never
+reaches the network because a client asked it to; such a run is refused with 403
+`record_mode_not_allowed`. The
 recording code is record mode's own (`mockllm.record.recording`); this module only connects it
 to runs, and puts a written scenario in the suite, so the next run replays it.
 """
@@ -21,7 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
-from mockllm.errors import ReplayFailure, ScenarioError
+from mockllm.errors import RecordError, ReplayFailure, ScenarioError
 from mockllm.options import ServeOptions
 from mockllm.record.episode_recording import EpisodeRecording
 from mockllm.record.forward import OnFailure
@@ -59,6 +64,12 @@ class LiveCalls:
         """A new run of scenario `name` as its record mode has it (see the table above), or the error
         to answer. A bad field is a ValueError naming it."""
         mode = self.runs.settings(body).record_mode
+        if mode != "none" and self.options.record_mode == "none" and not self.options.allow_run_record_modes:
+            return mock_error(403, "record_mode_not_allowed", (
+                f"record_mode {mode} refused: this server was started with record mode none, which never reaches "
+                "the network, and its operator did not allow runs to choose a record mode. Start it with "
+                "--record-mode MODE, or with --allow-run-record-modes to let each run choose (mockllm.Server: "
+                "allow_run_record_modes=True); see docs/security.md"))
         exists = name in self.suite.scenarios
         if mode == "none" or (mode == "once" and exists):
             return self._not_loaded(name, mode) or self.runs.create(name, body)
@@ -73,8 +84,13 @@ class LiveCalls:
             return run
         folder = self.suite.folder_of(name)
         run = self.runs.create_recording(name, folder, body)
-        self.recordings[run.id] = TreeRecording(mode, name, folder, self.upstreams, self.client, _failing(run), cwd,
-                                                self.options.all_session_headers, self._side_routes(name))
+        try:
+            self.recordings[run.id] = TreeRecording(mode, name, folder, self.upstreams, self.client, _failing(run),
+                                                    cwd, self.options.all_session_headers, self._side_routes(name))
+        except (OSError, RecordError) as exc:  # a folder that cannot be made: the run never was
+            self.runs.discard(run.id)
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            return mock_error(400, "invalid_request", f"cannot record scenario {name!r} at {folder}: {why}")
         return run
 
     def _side_routes(self, name: str) -> list[SideRouteSpec]:
@@ -121,6 +137,8 @@ class LiveCalls:
         group = name.partition("/")[0]
         if "/" in name and is_scenario(self.suite.path / group):
             return f"scenario name {name!r}: {group} is a scenario itself, and cannot hold another"
+        if "/" in name and (self.suite.path / group).exists() and not (self.suite.path / group).is_dir():
+            return f"scenario name {name!r}: {self.suite.path / group} is not a folder, and cannot hold a scenario"
         if folder.exists() and not is_scenario(folder):
             return f"{folder} exists and is not a scenario: it is not replaced; name another scenario"
         return None
@@ -196,11 +214,15 @@ class LiveCalls:
 
 
 def _under_root(request: web.Request) -> str:
-    """A request's path under its base root (`/v1/chat/completions`, `/api/chat`, …), query included."""
+    """A request's path under its base root (`/v1/chat/completions`, `/api/chat`, …), query included, as
+    the client sent it: forwarded undecoded (`%E4%B8%AD`, `%20`, `%0D%0A` stay as they came), as
+    `mockllm record` forwards it."""
     info = request.match_info
     root = f"/runs/{info['run']}" if "run" in info else f"/scenarios/{info['name']}" if "name" in info else ""
-    path = request.path[len(root):]
-    return f"{path}?{request.query_string}" if request.query_string else path
+    # The root's segments, counted in the decoded path, are as many in the raw one.
+    segments = root.count("/")
+    raw = request.raw_path
+    return "/" + raw.split("/", segments + 1)[-1] if segments else raw
 
 
 def _failing(run: Run) -> OnFailure:

@@ -23,6 +23,8 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from mockllm.errors import TOO_DEEP
+from mockllm.hosting.bodies import MAX_BODY, read_body
 from mockllm.mcp.jsonrpc import INVALID_REQUEST, PARSE_ERROR, PROTOCOL_HEADER, SESSION_HEADER, error, is_request
 from mockllm.mcp.replay import Answer, McpReplay
 from mockllm.replay.routing import header_session
@@ -103,11 +105,15 @@ class McpRoutes:
                 hub.touched(run.id)
 
     async def _post(self, request: web.Request, run: Run, replay: McpReplay) -> web.StreamResponse:
-        body = await request.read()
+        body = await read_body(request, MAX_BODY)
+        if body is None:
+            return _jsonrpc_error(413, INVALID_REQUEST, f"Invalid Request: the body is over {MAX_BODY} bytes")
         try:
             message = msgspec.json.decode(body)
         except msgspec.DecodeError:
             return _jsonrpc_error(400, PARSE_ERROR, "Parse error: the body is not JSON")
+        except RecursionError:
+            return _jsonrpc_error(400, PARSE_ERROR, f"Parse error: {TOO_DEEP}")
         if not isinstance(message, dict | list) or message == []:
             return _jsonrpc_error(400, INVALID_REQUEST, "Invalid Request: expected a JSON-RPC message or batch")
         session = header_session(request.headers, self.server.session_headers)

@@ -111,7 +111,7 @@ def whole_reply(body: bytes) -> dict[str, Any] | None:
     """A non-streamed answer's JSON object, or None when it is not one."""
     try:
         reply = msgspec.json.decode(body)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # nested too deep is no answer either
         return None
     return reply if isinstance(reply, dict) else None
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from mockllm.errors import RequestError
+from mockllm.errors import TOO_DEEP, RequestError
 from mockllm.scenario.embeddings import BadEmbeddingRequest, EmbeddingCall, RecordedEmbedding, call_of
 from mockllm.wire.dialect import Dialect
 
@@ -34,6 +34,8 @@ class EmbeddingsAPI:
             decoded = msgspec.json.decode(body)
         except msgspec.DecodeError as exc:
             raise RequestError(f"the {self.name} body is not JSON: {exc}") from None
+        except RecursionError:
+            raise RequestError(TOO_DEEP) from None
         try:
             return call_of(self.name, params.get("model"), decoded), decoded
         except BadEmbeddingRequest as exc:

@@ -1,0 +1,107 @@
+"""Connections that hold a server's resources without using them are closed.
+
+aiohttp alone closes a kept-alive connection only after an hour, and never one that sends no
+request at all: 20,000 idle sockets then exhaust the file limit, and the health check times out.
+Here every connection of a mockllm server (the replay server and the recorder) is watched:
+
+- a connection with no request being handled (none sent yet, a request head arriving byte by byte,
+  or idle between requests) is closed after `IDLE_TIMEOUT` seconds of that;
+- a request body must arrive within `BODY_TIMEOUT` seconds (`bodies.read_body`), else 408;
+- a request being answered is never cut: a held stream (a hang, a paced replay, a live upstream)
+  lasts as long as its client stays;
+- past `CONNECTIONS_KEPT` open connections (three quarters of the process's file limit), a new
+  connection first closes the connections idle the longest, so a flood of idle sockets can never
+  use up the file limit before its timeout: the health check and real clients still connect.
+
+The timeouts are module attributes, read when a connection is made, so a test may shorten them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+from typing import Any
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+IDLE_TIMEOUT = 60.0  # seconds a connection may hold no request being handled
+BODY_TIMEOUT = 120.0  # seconds a request's body may take to arrive (64 MiB over a slow link)
+
+
+def _connections_kept() -> int:
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):
+        return 4096
+    return 4096 if soft == resource.RLIM_INFINITY else max(64, soft * 3 // 4)
+
+
+CONNECTIONS_KEPT = _connections_kept()  # open connections past which the idle longest are closed
+
+
+class GuardedHandler(RequestHandler):
+    """aiohttp's connection handler, closing the connection once it has been idle for IDLE_TIMEOUT."""
+
+    _guard: asyncio.TimerHandle | None = None
+    _idle_since: float | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._limit = IDLE_TIMEOUT
+        self._idle_since = self._loop.time()
+        self._arm()
+        manager: Any = self._manager
+        if manager is not None and len(manager._connections) > CONNECTIONS_KEPT:
+            self._make_room(manager.connections)
+
+    def _make_room(self, connections: list[RequestHandler]) -> None:
+        """Close the connections idle the longest (never one being answered, nor this new one) until
+        CONNECTIONS_KEPT are open."""
+        idle = [c for c in connections if isinstance(c, GuardedHandler) and c is not self
+                and not c._request_in_progress and c.transport is not None]
+        idle.sort(key=lambda c: c._idle_since if c._idle_since is not None else self._loop.time())
+        for connection in idle[: len(connections) - CONNECTIONS_KEPT]:
+            connection.force_close()
+            if connection.transport is not None:
+                connection.transport.close()
+
+    def _arm(self) -> None:
+        # Checked a few times per timeout: one timer per connection, never one per byte received.
+        self._guard = self._loop.call_later(self._limit / 4, self._check)
+
+    def _check(self) -> None:
+        if self.transport is None:
+            return
+        now = self._loop.time()
+        if self._request_in_progress:  # being answered: never cut (aiohttp's own flag, set around the handler)
+            self._idle_since = None
+        elif self._idle_since is None:
+            self._idle_since = now
+        elif now - self._idle_since >= self._limit:
+            self.force_close()
+            self.transport.close()
+            return
+        self._arm()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._guard is not None:
+            self._guard.cancel()
+        super().connection_lost(exc)
+
+
+class GuardedSite(web.TCPSite):
+    """A TCPSite whose connections are `GuardedHandler`s (aiohttp offers no handler class to set)."""
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)
+        server: Any = self._runner.server
+        assert server is not None
+
+        def handler() -> GuardedHandler:
+            return GuardedHandler(server, loop=server._loop, **server._kwargs)
+
+        self._server = await asyncio.get_running_loop().create_server(
+            handler, self._host, self._port, ssl=self._ssl_context, backlog=self._backlog,
+            reuse_address=self._reuse_address, reuse_port=self._reuse_port)
+        self._bound_port = self._server.sockets[0].getsockname()[1] if self._server.sockets else self._port
