@@ -206,9 +206,10 @@ class ServeOptions:
         (), "an MCP server record modes proxy at …/mcp/NAME: NAME=URL (Streamable HTTP) or NAME=stdio:COMMAND ARGS "
         "(repeatable)", metavar="NAME=URL", repeat=True, kind=mcp_server)
     allow_run_record_modes: bool = _option(
-        False, "with --record-mode none: let a run created with POST /_mockllm/runs choose a record mode of its own "
-        '("record_mode"), and so reach the upstream; off, such a run is refused (403), and the server never reaches '
-        "the network (on by default for mockllm.Server and the pytest plugin)", metavar="true|false", switch=True)
+        True, "with --record-mode none and an --upstream: whether a run created with POST /_mockllm/runs may choose a "
+        'record mode of its own ("record_mode") and so reach that upstream; false refuses such a run (403), for a '
+        "replay server shared with clients who must never record. With no --upstream nothing reaches the network",
+        metavar="true|false", switch=True)
     journal_limit: int = _option(1000, "calls kept in each run's journal (older ones are counted, not kept)",
                                  metavar="N", kind=int)
     log_level: str = _option("warning", "what the server logs; info logs one line per model call",
@@ -250,7 +251,7 @@ class ServeOptions:
 
 # An in-process server (the Python API, the pytest plugin) picks a free port unless given one.
 # Its caller starts it for its own runs: the operator and the client are one, so a run may choose a record mode.
-IN_PROCESS_DEFAULTS: dict[str, Any] = {"port": 0, "allow_run_record_modes": True}
+IN_PROCESS_DEFAULTS: dict[str, Any] = {"port": 0}
 
 
 def in_process(**changes: Any) -> ServeOptions:

@@ -205,8 +205,8 @@ async def measure(calls: int, deltas: int, rounds: int) -> dict[str, Any]:
                 with naive_forwarder(bases[1]) as (naive, naive_url), \
                         mockllm_process(["record", "--upstream", bases[2], "--out", str(Path(tmp) / "recorded"),
                                          "--port", "0"]) as (recorder, recorder_url), \
-                        mockllm_process(["serve", str(suite), "--port", "0", "--upstream", bases[3],
-                                         "--allow-run-record-modes"]) as (live, live_v1):
+                        mockllm_process(["serve", str(suite), "--port", "0", "--upstream", bases[3]]) \
+                        as (live, live_v1):
                     live_url = root_url(live_v1)
                     live_run, live_base = await new_run(http, live_url, record_mode="rewrite")
                     phases = [Phase("direct", bases[0] + "/chat/completions", [upstream.pid]),

@@ -57,7 +57,8 @@ async def test_a_session_header_that_is_not_utf8_is_a_400_and_the_rest_is_record
         assert await chat(recorder.base_url + "/v1", "lead", "second") == "echo: second"
         assert await chat(recorder.base_url + "/v1", "helper", "third") == "echo: third"
     assert recorder.tree.failures == []
-    assert sorted(p.name for p in out.iterdir()) == ["session.1.jsonl", "session.jsonl"], "no .partial left"
+    assert sorted(p.name for p in out.iterdir()) == ["envelopes.jsonl", "session.1.jsonl", "session.jsonl"], \
+        "no .partial left"
     suite = load_suite(out, keep_logs=True)
     assert [len(s.entries) for s in suite.scenarios["out"].sessions] == [2, 1]
     assert check_suite(suite) == []

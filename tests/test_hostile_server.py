@@ -6,7 +6,7 @@
 15. record modes forward the path as received;
 16. a scenario recorded while serving shows on the inspector page;
 and the decision on per-run record modes: a server started with record mode none lets no run record
-unless its operator allowed it (`--allow-run-record-modes`; the Python API's caller is its operator).
+unless its operator named an upstream, and never under `--allow-run-record-modes false`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from aiohttp import web
 
 import mockllm
 from mockllm.errors import ScenarioError
-from mockllm.options import in_process
+from mockllm.options import ServeOptions, in_process
 from mockllm.scenario.load import load_scenario
 from tests.conftest import http, new_run
 from tests.logbuilder import RECORDINGS
@@ -169,14 +169,15 @@ async def test_a_scenario_recorded_while_serving_shows_on_the_inspector_page(ser
 
 
 async def test_a_server_in_record_mode_none_lets_no_run_record_unless_allowed(serve, tmp_path, upstream):
-    server = await serve(tmp_path, upstream=(upstream.url,))  # as `mockllm serve DIR --upstream URL`
+    # as `mockllm serve DIR --upstream URL --allow-run-record-modes false`: a shared replay server
+    server = await serve(tmp_path, upstream=(upstream.url,), allow_run_record_modes=False)
     for mode in ("once", "new_episodes", "rewrite"):
         status, body = await http("POST", f"{server.base_url}/_mockllm/runs", {"scenario": "s", "record_mode": mode})
         assert status == 403 and isinstance(body, dict), body
         assert body["error"]["code"] == "record_mode_not_allowed"
-        assert "--allow-run-record-modes" in body["error"]["message"]
+        assert "--allow-run-record-modes false" in body["error"]["message"]
     assert upstream.received == []
-    allowed = await serve(tmp_path, upstream=(upstream.url,), allow_run_record_modes=True)
+    allowed = await serve(tmp_path, upstream=(upstream.url,))  # naming the upstream allows it, by default
     status, body = await http("POST", f"{allowed.base_url}/_mockllm/runs", {"scenario": "s", "record_mode": "once"})
     assert status == 201, body
     recording = await serve(tmp_path, upstream=(upstream.url,), record_mode="once")  # the operator chose one
@@ -186,8 +187,10 @@ async def test_a_server_in_record_mode_none_lets_no_run_record_unless_allowed(se
 
 
 def test_the_python_apis_caller_is_the_operator():
-    """`mockllm.Server(upstream=...)` and the pytest plugin start the server for their own runs."""
+    """`mockllm.Server(upstream=...)` and the pytest plugin start the server for their own runs: as the CLI,
+    naming an upstream lets runs record."""
     assert in_process().allow_run_record_modes is True
+    assert ServeOptions().allow_run_record_modes is True
 
 
 def test_serve_takes_the_flag(monkeypatch):
@@ -195,8 +198,8 @@ def test_serve_takes_the_flag(monkeypatch):
 
     given = []
     monkeypatch.setattr("mockllm.server.running.serve_forever", lambda path, options: given.append(options) or 0)
-    main(["serve", str(RECORDINGS / "text-turn"), "--allow-run-record-modes"])
-    assert given and given[0].allow_run_record_modes is True
+    main(["serve", str(RECORDINGS / "text-turn"), "--allow-run-record-modes", "false"])
+    assert given and given[0].allow_run_record_modes is False
 
 
 def recorded(folder: Path) -> list[str]:

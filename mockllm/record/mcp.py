@@ -42,15 +42,16 @@ class McpUpstreams:
         return self._client
 
     async def forward(self, request: web.Request, name: str, sink: ExchangeSink,
-                      session_id: str | None = None) -> web.StreamResponse:
+                      session_id: str | None = None, body: bytes | None = None) -> web.StreamResponse:
         """Forward one request to server `name`; `session_id` replaces the client's Mcp-Session-Id (an
-        HTTP server's session opened for a replayed one, under new_episodes)."""
+        HTTP server's session opened for a replayed one, under new_episodes); `body`: its body where
+        the caller has read it already."""
         spec = self.specs[name]
         stdio = self._stdio.get(name)
         if stdio is not None:
-            return await stdio.handle(request, sink)
+            return await stdio.handle(request, sink, body)
         assert spec.url is not None
-        return await forward_http(request, self.client(), spec.url, sink, session_id)
+        return await forward_http(request, self.client(), spec.url, sink, session_id, body)
 
     async def open_session(self, name: str, initialize: dict[str, Any], headers: Mapping[str, str]) -> str | None:
         """Begin an MCP session with server `name` as a client's `initialize` did (its answer is not

@@ -58,10 +58,13 @@ def sse_messages(events: list[tuple[str | None, bytes]]) -> list[Any]:
 
 
 async def forward_http(request: web.Request, client: aiohttp.ClientSession, url: str,
-                       sink: ExchangeSink, session_id: str | None = None) -> web.StreamResponse:
+                       sink: ExchangeSink, session_id: str | None = None,
+                       body: bytes | None = None) -> web.StreamResponse:
     """Forward `request` (POST, GET or DELETE) to the MCP endpoint `url` and record the exchange;
-    `session_id`: the upstream's Mcp-Session-Id to send instead of the client's (new_episodes)."""
-    body = await request.read() if request.method == "POST" else b""  # read() again gives the bytes read before
+    `session_id`: the upstream's Mcp-Session-Id to send instead of the client's (new_episodes);
+    `body`: the body where the caller has read it already (the replay server reads it bounded)."""
+    if body is None:
+        body = await request.read() if request.method == "POST" else b""
     headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
     if session_id is not None:
         headers = {k: v for k, v in headers.items() if k.lower() != SESSION_HEADER}

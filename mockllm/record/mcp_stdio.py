@@ -133,7 +133,8 @@ class StdioServer:
                 await self._shared.start()
             return self._shared
 
-    async def handle(self, request: web.Request, sink: ExchangeSink) -> web.StreamResponse:
+    async def handle(self, request: web.Request, sink: ExchangeSink, body: bytes | None = None) -> web.StreamResponse:
+        """One request; `body`: its body where the caller has read it already (else read here)."""
         if request.method == "GET":  # no stream of the server's own: its messages come with answers
             return web.Response(status=405, headers={"Allow": "POST, DELETE"})
         session_id = request.headers.get(SESSION_HEADER)
@@ -147,7 +148,8 @@ class StdioServer:
             return web.Response(status=200 if ended else 404)
         if request.method != "POST":
             return web.Response(status=405, headers={"Allow": "POST, DELETE"})
-        body = await request.read()
+        if body is None:
+            body = await request.read()
         message = decode(body)
         if not isinstance(message, dict | list):
             return web.json_response(error(None, -32700, "Parse error: the body is not JSON"), status=400)

@@ -66,10 +66,10 @@ class LiveCalls:
         mode = self.runs.settings(body).record_mode
         if mode != "none" and self.options.record_mode == "none" and not self.options.allow_run_record_modes:
             return mock_error(403, "record_mode_not_allowed", (
-                f"record_mode {mode} refused: this server was started with record mode none, which never reaches "
-                "the network, and its operator did not allow runs to choose a record mode. Start it with "
-                "--record-mode MODE, or with --allow-run-record-modes to let each run choose (mockllm.Server: "
-                "allow_run_record_modes=True); see docs/security.md"))
+                f"record_mode {mode} refused: this server was started with record mode none and "
+                "--allow-run-record-modes false: its operator lets no run reach the upstream. Start it with "
+                "--record-mode MODE, or without --allow-run-record-modes false, to let runs record "
+                "(mockllm.Server: allow_run_record_modes=True); see docs/security.md"))
         exists = name in self.suite.scenarios
         if mode == "none" or (mode == "once" and exists):
             return self._not_loaded(name, mode) or self.runs.create(name, body)

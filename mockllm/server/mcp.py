@@ -126,7 +126,7 @@ class McpRoutes:
             answer = replay.answer(message, session, session_id, protocol, live=True)
             if answer.miss is not None:  # new_episodes: the server answers it, and the answer is kept
                 replay.went_live(message, session, session_id)
-                return await live.miss(request, run, replay.server)
+                return await live.miss(request, run, replay.server, body)
             given = replay.session_id(answer) if message["method"] == "initialize" else session_id
             if given and message["method"] == "initialize":
                 live.saw_initialize(run, replay.server, given, message)

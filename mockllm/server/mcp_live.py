@@ -117,8 +117,9 @@ class McpLive:
         """A replayed `initialize` under new_episodes: kept to open the same session upstream if a call misses."""
         self._initialize[(run.id, name, session_id)] = message
 
-    async def miss(self, request: web.Request, run: Run, name: str) -> web.StreamResponse:
-        """A call the recording cannot serve: sent to the server (in a session opened for the client's), kept."""
+    async def miss(self, request: web.Request, run: Run, name: str, body: bytes) -> web.StreamResponse:
+        """A call the recording cannot serve (`body`, read already): sent to the server (in a session
+        opened for the client's), kept."""
         mine = self._recording(run)
         if mine is None:
             return await self.forward(request, run, name)
@@ -131,7 +132,7 @@ class McpLive:
                 self._opened[key] = (await self.upstreams.open_session(name, initialize, request.headers)
                                      if initialize is not None else None)
             upstream_session = self._opened[key]
-        return await self.upstreams.forward(request, name, mine.sink(name), upstream_session)
+        return await self.upstreams.forward(request, name, mine.sink(name), upstream_session, body)
 
     async def close(self) -> None:
         await self.upstreams.close()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from mockllm.errors import RecordError
 
@@ -62,12 +62,13 @@ def region_of(url: str, headers: list[tuple[bytes, bytes]]) -> str:
 
 
 def encoded_url(url: str) -> str:
-    """The URL with its model id percent-encoded as botocore sends it."""
+    """The URL with its model id percent-encoded as botocore sends it (once: a path forwarded as
+    received is encoded already)."""
     parts = urlsplit(url)
     match = _ROUTE.match(parts.path)
     if match is None:
         return url
-    path = f"{match.group(1)}{quote(match.group(2), safe='-._~')}/{match.group(3)}"
+    path = f"{match.group(1)}{quote(unquote(match.group(2)), safe='-._~')}/{match.group(3)}"
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
