@@ -25,7 +25,7 @@ import mockllm
 from mockllm.options import RunSettings
 from mockllm.record.command import RecordOptions, start_recorder
 from mockllm.replay.binding import text_share
-from mockllm.replay.report import build_report
+from mockllm.replay.reporting import build_report
 from mockllm.replay.run import Run
 from mockllm.scenario.load import Scenario, load_scenario
 from mockllm.wire import DEFAULT
@@ -220,7 +220,7 @@ def test_text_share_counts_three_character_pieces() -> None:
 
 def test_the_inspector_says_how_each_session_was_bound(tmp_path: Path) -> None:
     from mockllm.inspector.view import bound_how
-    from mockllm.replay.report import build_state
+    from mockllm.replay.reporting import build_state
 
     system = "You are a helper."
     scenario = _tree(tmp_path / "team", {"a": (system, ["grep"], "Look into Oslo", "FIRST"),

@@ -37,3 +37,48 @@ def test_import_contracts_are_kept() -> None:
                          ids=["ruff", "mypy-strict"])
 def test_linters_pass(command: list[str]) -> None:
     check(tool(command[0]), *command[1:])
+
+
+def import_cycles(package: str) -> list[list[str]]:
+    """The groups of the package's modules that import each other round in a circle (Tarjan's
+    strongly connected components over direct imports, `if TYPE_CHECKING:` ones included)."""
+    import grimp  # import-linter's graph builder
+
+    graph = grimp.build_graph(package)
+    imports = {m: sorted(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        order[module] = low[module] = len(order)
+        stack.append(module)
+        for other in imports.get(module, []):
+            if other not in imports:
+                continue
+            if other not in order:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], order[other])
+        if low[module] == order[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for module in sorted(imports):
+        if module not in order:
+            visit(module)
+    return cycles
+
+
+def test_no_module_imports_itself_round_a_circle() -> None:
+    """A circle (run -> report -> run) means neither module can be read, tested or moved alone."""
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 5000))
+    assert import_cycles("mockllm") == []

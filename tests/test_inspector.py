@@ -18,7 +18,7 @@ from mockllm.inspector.tree import draw_tree
 from mockllm.inspector.view import Outcome, outcome_of, run_view
 from mockllm.options import RunSettings
 from mockllm.replay.faults import Fault
-from mockllm.replay.report import build_state
+from mockllm.replay.reporting import build_state
 from mockllm.replay.run import Run
 from mockllm.scenario.load import load_scenario
 from mockllm.scenario.summary import ScenarioSummary, SessionSummary, SideRouteSummary, summarize

@@ -12,7 +12,7 @@ import pytest
 from mockllm.options import RunSettings
 from mockllm.replay.normalize import BUILTIN, masked, without_reminders
 from mockllm.replay.outcome import Refusal
-from mockllm.replay.report import build_report
+from mockllm.replay.reporting import build_report
 from mockllm.replay.run import Run
 from mockllm.scenario.load import Scenario, load_scenario
 from mockllm.wire import DEFAULT

@@ -17,10 +17,9 @@ from mockllm.replay.report import (
     PacingNote,
     RunNotClean,
     RunReport,
-    build_report,
-    build_state,
     check,
 )
+from mockllm.replay.reporting import build_report, build_state
 from mockllm.replay.run import Run
 from mockllm.replay.runs import Runs
 from mockllm.scenario.load import load_scenario

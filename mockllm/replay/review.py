@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from mockllm.replay.run import Run
+from typing import Protocol
 
 log = logging.getLogger("mockllm")
 
@@ -18,7 +15,15 @@ log = logging.getLogger("mockllm")
 REVIEW_DELAY = 0.005
 
 
-def schedule_review(run: Run) -> None:
+class Reviewed(Protocol):
+    """What is reviewed: a run (`replay.run.Run`), named here by what review needs of it."""
+
+    id: str
+
+    def review_pending(self) -> None: ...
+
+
+def schedule_review(run: Reviewed) -> None:
     """Compare `run`'s queued requests REVIEW_DELAY from now, on the running loop; with no loop (a
     unit test), a report drains the queue when it is read."""
     try:
@@ -28,7 +33,7 @@ def schedule_review(run: Run) -> None:
     loop.call_later(REVIEW_DELAY, _review, run)
 
 
-def _review(run: Run) -> None:
+def _review(run: Reviewed) -> None:
     try:
         run.review_pending()
     except Exception:  # a comparison bug must not break the loop's callbacks

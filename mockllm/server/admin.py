@@ -15,7 +15,7 @@ from aiohttp import web
 from mockllm.errors import TOO_DEEP
 from mockllm.hosting.bodies import read_body
 from mockllm.options import RUN_FIELDS
-from mockllm.replay.report import build_report, build_state
+from mockllm.replay.reporting import build_report, build_state
 from mockllm.replay.run import Run
 from mockllm.replay.runs import Runs, TooManyRuns
 from mockllm.scenario.load import Suite

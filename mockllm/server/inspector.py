@@ -23,7 +23,7 @@ from aiohttp import web
 from mockllm.inspector.html import run_html
 from mockllm.inspector.pages import live_page, report_page
 from mockllm.inspector.view import RunView, run_view
-from mockllm.replay.report import build_state
+from mockllm.replay.reporting import build_state
 from mockllm.replay.run import Run
 from mockllm.replay.runs import Runs
 from mockllm.scenario.load import Scenario, Suite
