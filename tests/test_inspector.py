@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from mockllm.cli.main import main
-from mockllm.inspector.html import run_html
+from mockllm.inspector.markup import run_html
 from mockllm.inspector.pages import live_page, report_page
 from mockllm.inspector.tree import draw_tree
 from mockllm.inspector.view import Outcome, outcome_of, run_view

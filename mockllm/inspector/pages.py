@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from mockllm.inspector.html import BodyUrl, esc, legend, plural, run_html, scenarios_html, tree_html
+from mockllm.inspector.markup import BodyUrl, esc, legend, plural, run_html, scenarios_html, tree_html
 from mockllm.inspector.view import RunView
 from mockllm.scenario.summary import ScenarioSummary
 

@@ -20,7 +20,7 @@ from urllib.parse import quote
 import msgspec
 from aiohttp import web
 
-from mockllm.inspector.html import run_html
+from mockllm.inspector.markup import run_html
 from mockllm.inspector.pages import live_page, report_page
 from mockllm.inspector.view import RunView, run_view
 from mockllm.replay.reporting import build_state
