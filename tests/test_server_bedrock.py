@@ -74,7 +74,7 @@ BUNDLED = [pytest.param(p.parent, id=f"recordings/{p.parent.name}")
 async def _replay_every_session(serve: Any, scenario_dir: Path, mode: str) -> None:
     scenario = load_scenario(scenario_dir)
     server = await serve(scenario_dir)
-    run, base = await new_run(server.base_url, scenario.name)
+    run, base = await new_run(server.base_url, scenario.name, bind="order")  # as dsh binds: first-call order
     ask = MODES[mode]
     for number, session in enumerate(scenario.sessions):
         sdk = client(root(base), {"x-mockllm-session": f"live-{number}"})
@@ -292,7 +292,7 @@ async def test_one_call_past_the_end_is_a_validation_exception_naming_the_run(se
     response = caught.value.response
     assert response["ResponseMetadata"]["HTTPStatusCode"] == 410
     assert response["Error"]["Message"].startswith("script_exhausted: ")
-    for part in (run, "session.jsonl", "call 2", "1 entries"):
+    for part in (run, "session.jsonl", "call 1 (0-based)", "1 entries"):
         assert part in response["Error"]["Message"]
 
 
