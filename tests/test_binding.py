@@ -147,14 +147,14 @@ def test_twins_alike_in_every_part_bind_in_recorded_order_with_a_notice(tmp_path
 
 
 def test_a_session_closer_to_no_recording_still_binds_deterministically(tmp_path: Path) -> None:
-    # Nothing alike anywhere: the tie goes to script order, and the report says how it was bound.
+    # Nothing alike anywhere (under ALIKE): script order, and the report says how it was bound.
     scenario = _tree(tmp_path / "team", {"a": ("You are A.", None, "alpha", "A"),
                                          "b": ("You are B.", None, "beta", "B")})
     run = Run("r", scenario)
     assert _ask(run, "lead the team") == "LEAD"
     assert _ask(run, "zzz", "Qqq.") == "A"
     [notice] = build_report(run).notices
-    assert notice.kind == "bound_to_closest" and "first inputs 0% alike" in notice.message, notice.message
+    assert notice.kind == "bound_in_order" and "no unbound recording is alike" in notice.message, notice.message
 
 
 async def test_recorded_twins_differing_by_tools_replay_to_their_own_calls_in_any_order(tmp_path: Path) -> None:

@@ -242,7 +242,7 @@ async def test_without_bind_content_children_started_in_reverse_swap_scripts(ser
         "the last user message", "the last user message"]
 
 
-async def test_bind_content_with_no_match_binds_to_the_closest_and_reports_it(serve):
+async def test_bind_content_with_nothing_alike_binds_in_order_and_reports_it(serve):
     corpus_or_skip()
     server = await serve(MULTI)
     run, base = await new_run(server.base_url, "acp-agent--subagent-multi", bind="content")
@@ -250,9 +250,9 @@ async def test_bind_content_with_no_match_binds_to_the_closest_and_reports_it(se
     state = await run_state(server.base_url, run)
     [divergence] = state["divergences"]
     [notice] = state["notices"]
-    # Bound to whichever recording's first request is closest; the divergence is reported on it.
+    # No recording is alike: bound to the first unbound one in script order; the divergence is reported on it.
     assert divergence["kind"] == "input" and divergence["session"] == notice["session"]
-    assert notice["kind"] == "bound_to_closest" and "no unbound recorded session's first request" in notice["message"]
+    assert notice["kind"] == "bound_in_order" and "no unbound recording is alike" in notice["message"]
     _, strict_base = await new_run(server.base_url, "acp-agent--subagent-multi", bind="content", strict=True)
     with pytest.raises(openai.ConflictError):
         await ask(strict_base, "stranger", [{"role": "user", "content": "Something never recorded."}])

@@ -131,12 +131,12 @@ def test_twins_with_no_system_prompt_that_matches_bind_in_recorded_order(tmp_pat
     assert [served_text(o) for o in asked] == ["a on Oslo", "b on Oslo", "c on Oslo"]
 
 
-def test_content_binding_with_no_match_binds_to_the_closest_and_notes_it(two: Run) -> None:
-    # Nothing alike: every unbound script is as close as the next, and the tie goes to script order.
+def test_content_binding_with_nothing_alike_binds_in_script_order_and_notes_it(two: Run) -> None:
+    # Nothing alike: no script is close, so the first unbound one in script order, noted.
     assert served_text(ask(two, "x", "something never recorded")) == "P0"
     (notice,) = two.notices
-    assert notice.kind == "bound_to_closest" and "bound to the closest" in notice.message
-    assert "first inputs 0% alike" in notice.message
+    assert notice.kind == "bound_in_order" and "no unbound recording is alike" in notice.message
+    assert "session.jsonl" in notice.message
     two.review_pending()  # and the difference itself is a divergence of its first call
     assert two.divergences[0].what == "the last user message"
 

@@ -74,7 +74,7 @@ BUNDLED = [pytest.param(p.parent, id=f"recordings/{p.parent.name}")
 async def _replay_every_session(serve: Any, scenario_dir: Path, mode: str) -> None:
     scenario = load_scenario(scenario_dir)
     server = await serve(scenario_dir)
-    run, base = await new_run(server.base_url, scenario.name, bind="order")  # as dsh binds: first-call order
+    run, base = await new_run(server.base_url, scenario.name)
     ask = MODES[mode]
     for number, session in enumerate(scenario.sessions):
         sdk = client(root(base), {"x-mockllm-session": f"live-{number}"})

@@ -21,8 +21,7 @@ async def test_every_session_gets_its_own_recorded_calls(serve, scenario_dir):
     corpus_or_skip()
     scenario = load_scenario(scenario_dir)
     server = await serve(scenario_dir)
-    status, created = await http("POST", f"{server.base_url}/_mockllm/runs", {"scenario": scenario.name,
-                                                                                 "bind": "order"})
+    status, created = await http("POST", f"{server.base_url}/_mockllm/runs", {"scenario": scenario.name})
     assert status == 201
     base_url = created["base_url"]
     # Fresh live ids, bound in first-call order: the same way dsh binds when replaying.

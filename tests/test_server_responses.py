@@ -127,7 +127,7 @@ async def test_every_session_gets_its_own_recorded_calls(serve, scenario_dir, st
     corpus_or_skip()
     scenario = load_scenario(scenario_dir)
     server = await serve(scenario_dir)
-    run, base = await new_run(server.base_url, scenario.name, bind="order")  # as dsh binds: first-call order
+    run, base = await new_run(server.base_url, scenario.name)
     ids = set()
     for number, session in enumerate(scenario.sessions):
         async with client(base, {"x-mockllm-session": f"live-{number}"}) as sdk:

@@ -35,6 +35,10 @@ script a session gets does not depend on when its siblings arrive, as long as it
 a sibling's recording than to its own (a sibling that arrives first binds to its own recording,
 exactly; one that arrives later finds it taken).
 
+When no unbound script's first inputs or system prompt are even half alike (`ALIKE`) to the live
+request's, nothing is close: the session binds to the first unbound script in script order, as
+`--bind order` would, with a `bound_in_order` notice, rather than to whichever noise scores highest.
+
 Notices say what the rule could not settle (`Notice`, in the report): `bound_by_arrival` when
 twins (scripts whose first requests are alike in every part their logs name) were told apart by
 script order only, `bound_to_closest` when the script bound matches the live request in some part
@@ -69,6 +73,10 @@ class Chosen(NamedTuple):
 
 
 UNKNOWN = 0.5  # what a part the recording does not name counts
+# How alike a first request's inputs or system prompt must be to a recording's for that recording
+# to count as close at all: below it, in every unbound script, nothing is close, and the session
+# binds in script order (as `--bind order` would) rather than to whichever noise scores highest.
+ALIKE = 0.5
 ALMOST = 0.999  # the most a system prompt that is not equal can score
 
 
@@ -84,6 +92,12 @@ class _Closeness(NamedTuple):
     @property
     def key(self) -> tuple[bool, float]:
         return self.inputs_match, self.inputs + _known(self.system) + _known(self.tools)
+
+    @property
+    def resembles(self) -> bool:
+        """Its first inputs or system prompt are alike enough (`ALIKE`) to call the script close at all;
+        unknown parts and tools (which most requests share or lack alike) are no evidence."""
+        return self.inputs_match or self.inputs >= ALIKE or (self.system is not None and self.system >= ALIKE)
 
     @property
     def exact(self) -> bool:
@@ -196,6 +210,11 @@ class Bindings:
                 break  # the only one whose inputs match: nothing else can come before it
         best = max(scored, key=lambda i: (scored[i].key, -i))
         closeness = scored[best]
+        if not closeness.inputs_match and not any(c.resembles for c in scored.values()):
+            first = free[0]
+            return Chosen(first, ("bound_in_order", (
+                f"no unbound recording is alike (first inputs or system prompt at least {ALIKE:.0%} alike): bound "
+                f"to the first unbound one in recorded order, {sessions[first].file}")))
         alike = [i for i, c in scored.items() if i != best and c.key == closeness.key and c.exact == closeness.exact]
         if alike and closeness.exact:
             files = ", ".join(sessions[i].file for i in alike)
