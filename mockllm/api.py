@@ -21,9 +21,7 @@ import concurrent.futures
 import json
 import os
 import threading
-import urllib.error
 import urllib.parse
-import urllib.request
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -31,6 +29,7 @@ from typing import Any, Self
 import aiohttp
 
 from mockllm.errors import MockllmError
+from mockllm.hosting.admin_client import AdminConnection
 from mockllm.options import SESSION_HEADERS, ServeOptions, in_process
 from mockllm.replay.report import RunReport, check
 from mockllm.scenario.load import Suite
@@ -193,7 +192,7 @@ class Server:
         self._stop: asyncio.Event | None = None
         self._url: str | None = None
         self.suite: Suite | None = None
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never a proxy
+        self._connection: AdminConnection | None = None  # kept alive for every admin call
 
     @property
     def url(self) -> str:
@@ -217,6 +216,7 @@ class Server:
         self._thread.start()
         try:
             self._url = started.result(timeout=START_TIMEOUT)
+            self._connection = AdminConnection(self._url, ADMIN_TIMEOUT)
         except concurrent.futures.TimeoutError:
             raise ServerStartError(f"the server did not start within {START_TIMEOUT} s") from None
         except BaseException:
@@ -244,10 +244,12 @@ class Server:
         thread, loop, stop = self._thread, self._loop, self._stop
         if thread is None:
             return
+        if self._connection is not None:  # first: the server need not wait for an idle connection
+            self._connection.close()
         if loop is not None and stop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(stop.set)
         thread.join()
-        self._thread = self._loop = self._stop = self._url = None
+        self._thread = self._loop = self._stop = self._url = self._connection = None
 
     def __enter__(self) -> Self:
         return self.start()
@@ -265,24 +267,19 @@ class Server:
     def admin(self, method: str, url: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """One admin call: the decoded JSON answer, or AdminError."""
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-        try:
-            with self._opener.open(request, timeout=ADMIN_TIMEOUT) as response:
-                return _admin_result(response.status, response.read())
-        except urllib.error.HTTPError as error:
-            with error:
-                return _admin_result(error.code, error.read())
+        return _admin_result(*self._admin_connection().request(method, url, data))
 
     def fetch_text(self, url: str) -> str:
         """A page the server renders (an inspector report), or AdminError."""
-        try:
-            with self._opener.open(url, timeout=ADMIN_TIMEOUT) as response:
-                text: str = response.read().decode("utf-8")
-                return text
-        except urllib.error.HTTPError as error:
-            with error:
-                _admin_result(error.code, error.read())  # raises AdminError with the server's reason
-                raise
+        status, raw = self._admin_connection().request("GET", url)
+        if status >= 400:
+            _admin_result(status, raw)  # raises AdminError with the server's reason
+        return raw.decode("utf-8")
+
+    def _admin_connection(self) -> AdminConnection:
+        if self._connection is None:
+            raise MockllmError("the server is not running: use `with Server(...)` or call start()")
+        return self._connection
 
 
 class AsyncRunHandle(_RunInfo):

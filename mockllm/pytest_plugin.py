@@ -23,7 +23,6 @@ Glue only, over the Python API (`mockllm.api`):
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shlex
@@ -203,6 +202,8 @@ def report_name(nodeid: str) -> str:
     (a long one cut, with a digest of the whole id to keep it unique)."""
     name = re.sub(r"[/\\:\x00-\x1f\x7f]", "_", nodeid)
     if len(name) > NAME_KEPT:
+        import hashlib  # only for a long node id: every pytest start imports this module
+
         name = name[:NAME_KEPT] + "-" + hashlib.blake2b(nodeid.encode(), digest_size=6).hexdigest()
     return name + ".html"
 

@@ -274,7 +274,7 @@ def pytest_command(folder: Path, kind: str, workers: int, mode: str, provider: s
             command += ["--mockllm-upstream", provider]
     elif kind == "vcrpy":
         command += ["--record-mode", mode]
-    return command + [str(folder)]
+    return [*command, str(folder)]
 
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
