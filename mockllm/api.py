@@ -24,7 +24,7 @@ import threading
 import urllib.parse
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import aiohttp
 
@@ -34,6 +34,9 @@ from mockllm.options import SESSION_HEADERS, ServeOptions, in_process
 from mockllm.replay.report import RunReport, check
 from mockllm.scenario.load import Suite
 from mockllm.server.running import RunningServer, load_source, start_server
+
+if TYPE_CHECKING:
+    from mockllm.process import ServerProcess
 
 # Start-up is a bind on loopback after the suite is loaded; far past this something is stuck.
 START_TIMEOUT = 30.0
@@ -182,11 +185,16 @@ class Server:
     `path` is a scenario or a suite folder (None: what `mockllm serve` serves with no PATH);
     `options` are `ServeOptions` field names (`headerless="anonymous"`, `port=8081`, …).
     Loading errors and a failed bind raise from `start()` (or `with`) at once.
+    `process=True` serves from a process of its own beside this one instead of a thread (see
+    `mockllm.process`; the pytest plugin's default): the same API, but the server no longer
+    shares this process's interpreter lock, and `suite` stays None (the child holds it).
     """
 
-    def __init__(self, path: PathLike | None = None, **options: Any) -> None:
+    def __init__(self, path: PathLike | None = None, *, process: bool = False, **options: Any) -> None:
         self.path = path
         self.options: ServeOptions = in_process(**options)
+        self.process = process
+        self._child: ServerProcess | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -204,11 +212,22 @@ class Server:
     @property
     def scenarios(self) -> list[str]:
         """The names of the valid scenarios served."""
+        if self._child is not None:  # the child holds the suite: ask it
+            listed = self.admin("GET", f"{self.url}/_mockllm/scenarios").get("scenarios", [])
+            return sorted(s["name"] for s in listed if isinstance(s, dict) and s.get("valid"))
         return sorted(self.suite.scenarios) if self.suite else []
 
     def start(self) -> Self:
-        if self._thread is not None:
+        if self._thread is not None or self._child is not None:
             raise MockllmError("this Server is already started")
+        if self.process:
+            from mockllm.process import ServerProcess
+
+            child = ServerProcess(Path(self.path) if self.path is not None else None, self.options)
+            self._url = child.start(START_TIMEOUT, ServerStartError)
+            self._child = child
+            self._connection = AdminConnection(self._url, ADMIN_TIMEOUT)
+            return self
         self.suite = _load(self.path, self.options)
         started: concurrent.futures.Future[str] = concurrent.futures.Future()
         self._thread = threading.Thread(target=asyncio.run, args=(self._main(self.suite, started),),
@@ -242,10 +261,14 @@ class Server:
     def stop(self) -> None:
         """Stop serving: held streams end, the port is free when this returns. Idempotent."""
         thread, loop, stop = self._thread, self._loop, self._stop
-        if thread is None:
-            return
         if self._connection is not None:  # first: the server need not wait for an idle connection
             self._connection.close()
+            self._connection = None
+        if self._child is not None:
+            self._child.stop()
+            self._child = self._url = None
+        if thread is None:
+            return
         if loop is not None and stop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(stop.set)
         thread.join()

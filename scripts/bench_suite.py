@@ -39,6 +39,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -277,25 +278,31 @@ def pytest_command(folder: Path, kind: str, workers: int, mode: str, provider: s
     return [*command, str(folder)]
 
 
-def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+def child_env(extra: dict[str, str] | None = None, root: Path = ROOT) -> dict[str, str]:
+    """The environment of a pytest process: `root`'s mockllm first on the path, nothing from CI."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONPATH"] = os.pathsep.join([str(root), *filter(None, [env.get("PYTHONPATH")])])
     for name in ("CI", "PYTHONSTARTUP", "PYTEST_ADDOPTS", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
         env.pop(name, None)
     env.update(extra or {})
     return env
 
 
-def run_pytest(command: list[str], folder: Path, timeout: float, extra: dict[str, str] | None = None) -> float:
-    """Run one pytest process to completion; its wall time. A failing suite breaks the benchmark."""
+def run_pytest(command: list[str], folder: Path, timeout: float, extra: dict[str, str] | None = None,
+               root: Path = ROOT) -> tuple[float, float]:
+    """Run one pytest process to completion: its wall time and its CPU time (user + system, its
+    own and every process it waited for: xdist's workers, a server process). A failing suite
+    breaks the benchmark."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(command, cwd=folder, env=child_env(extra), capture_output=True, text=True,
+    done = subprocess.run(command, cwd=folder, env=child_env(extra, root), capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL, check=False)
     elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} exited {done.returncode}:\n{done.stdout[-4000:]}\n"
                            f"{done.stderr[-2000:]}")
-    return elapsed
+    return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 IMPORT_PROBE = '''\
@@ -308,8 +315,9 @@ print(time.perf_counter() - t)
 PLUGIN_MODULE = {"mockllm": "mockllm.pytest_plugin", "vcrpy": "pytest_recording.plugin"}
 
 
-def import_time(tool: str) -> float:
-    done = subprocess.run([sys.executable, "-c", IMPORT_PROBE.format(module=PLUGIN_MODULE[tool])], env=child_env(),
+def import_time(tool: str, root: Path = ROOT) -> float:
+    done = subprocess.run([sys.executable, "-c", IMPORT_PROBE.format(module=PLUGIN_MODULE[tool])],
+                          env=child_env(root=root),
                           capture_output=True, text=True, timeout=60, check=True, cwd=ROOT)
     return float(done.stdout.strip().splitlines()[-1])
 
@@ -319,14 +327,17 @@ def import_time(tool: str) -> float:
 
 
 class Bench:
-    def __init__(self, cells: list[Cell], reps: int, workdir: Path, timeout: float) -> None:
+    def __init__(self, cells: list[Cell], reps: int, workdir: Path, timeout: float, before: Path | None) -> None:
+        # "before": the mockllm suites replayed by another checkout's mockllm (--before), interleaved too.
+        self.tools = [*TOOLS, "before"] if before else list(TOOLS)
+        self.before = before
         self.cells = cells
         self.reps = reps
         self.workdir = workdir
         self.timeout = timeout
         self.timings = Timings()
-        self.first_setup: dict[str, list[float]] = {t: [] for t in TOOLS}
-        self.imports: dict[str, list[float]] = {t: [] for t in TOOLS}
+        self.first_setup: dict[str, list[float]] = {t: [] for t in self.tools}
+        self.imports: dict[str, list[float]] = {t: [] for t in self.tools}
 
     def suite(self, kind: str, cell: Cell) -> Path:
         # One suite per (N, K): the workers only change how it runs.
@@ -352,34 +363,41 @@ class Bench:
             raise RuntimeError(f"cell {cell.label}: recorded {len(mock)} mockllm scenarios and {len(tapes)} "
                                f"cassettes for {cell.tests} tests")
 
+    def root(self, tool: str) -> Path:
+        return self.before if tool == "before" and self.before else ROOT
+
     def replay(self, kind: str, cell: Cell, rep: int) -> None:
-        folder = self.suite(kind if kind in TOOLS else "empty", cell)
+        tool = kind.removeprefix("empty-")
+        suite = "mockllm" if tool == "before" else tool
+        folder = self.suite(suite if kind == tool else "empty", cell)
         first = self.workdir / f"first-{kind}-{cell.label}-{rep}.jsonl"
         # The provider is gone (its port closed): a replay that tried the network would fail.
         extra = {"BENCH_FIRST_SETUP": str(first)}
-        command = pytest_command(folder, kind, cell.workers, "none")
-        seconds = run_pytest(command, folder, self.timeout, extra)
+        command = pytest_command(folder, suite if kind == tool else f"empty-{suite}", cell.workers, "none")
+        seconds, cpu = run_pytest(command, folder, self.timeout, extra, self.root(tool))
         self.timings.add(f"{kind}@{cell.label}", seconds)
-        if kind in TOOLS and cell.workers == 1 and first.exists():
+        self.timings.add(f"cpu {kind}@{cell.label}", cpu)
+        if kind == tool and cell.workers == 1 and first.exists():
             lines = [json.loads(line) for line in first.read_text().splitlines()]
             self.first_setup[kind].append(statistics.mean(line["setup"] for line in lines))
 
     def run(self) -> None:
         self.prepare()
         for rep in range(self.reps):
-            order = list(TOOLS) if rep % 2 == 0 else list(reversed(TOOLS))
+            order = self.tools if rep % 2 == 0 else self.tools[::-1]
             for tool in order:
-                self.imports[tool].append(import_time(tool))
+                self.imports[tool].append(import_time("mockllm" if tool == "before" else tool, self.root(tool)))
             for cell in self.cells:
                 for tool in order:
                     self.replay(tool, cell, rep)
                     self.replay(f"empty-{tool}", cell, rep)
             print(f"repetition {rep + 1}/{self.reps} done", file=sys.stderr, flush=True)
 
-    def per_test(self, tool: str, cell: Cell) -> list[float]:
-        """Per-test overhead (ms) in each repetition: (suite - its empty suite) / N."""
-        suite = self.timings.runs[f"{tool}@{cell.label}"]
-        empty = self.timings.runs[f"empty-{tool}@{cell.label}"]
+    def per_test(self, tool: str, cell: Cell, measure: str = "") -> list[float]:
+        """Per-test overhead (ms) in each repetition: (suite - its empty suite) / N; `measure`
+        "cpu " for CPU time instead of wall time."""
+        suite = self.timings.runs[f"{measure}{tool}@{cell.label}"]
+        empty = self.timings.runs[f"{measure}empty-{tool}@{cell.label}"]
         return [(s - e) / cell.tests * 1000 for s, e in zip(suite, empty, strict=True)]
 
     def table(self) -> tuple[str, bool, dict[str, Any]]:
@@ -392,28 +410,47 @@ class Bench:
             ratio = statistics.median(ratios)
             ok = ratio <= 1.0
             met &= ok
-            rows.append([str(cell.workers), f"{cell.tests:,}", str(cell.calls), _spread(mock), _spread(vcr),
-                         f"{ratio:.2f} ({min(ratios):.2f}-{max(ratios):.2f})", "PASS" if ok else "FAIL"])
+            cpu_mock, cpu_vcr = self.per_test("mockllm", cell, "cpu "), self.per_test("vcrpy", cell, "cpu ")
+            cpu_ratios = [m / v if v > 0 else float("nan") for m, v in zip(cpu_mock, cpu_vcr, strict=True)]
+            row = [str(cell.workers), f"{cell.tests:,}", str(cell.calls), _spread(mock), _spread(vcr),
+                   _ratio(ratios), _spread(cpu_mock), _spread(cpu_vcr), _ratio(cpu_ratios)]
+            if self.before:
+                old = self.per_test("before", cell)
+                row += [_spread(old), _ratio([m / b for m, b in zip(mock, old, strict=True) if b > 0])]
+                results.setdefault("before_ms", []).append(old)
+            rows.append([*row, "PASS" if ok else "FAIL"])
             results["cells"].append({"workers": cell.workers, "tests": cell.tests, "calls": cell.calls,
                                      "mockllm_ms": mock, "vcrpy_ms": vcr, "ratios": ratios,
+                                     "mockllm_cpu_ms": cpu_mock, "vcrpy_cpu_ms": cpu_vcr,
                                      "suite_s": {k: v for k, v in self.timings.runs.items()
                                                  if k.endswith("@" + cell.label)}})
-        imports = {t: [x * 1000 for x in self.imports[t]] for t in TOOLS}
-        first = {t: [x * 1000 for x in self.first_setup[t]] for t in TOOLS}
+        imports = {t: [x * 1000 for x in self.imports[t]] for t in self.tools}
+        first = {t: [x * 1000 for x in self.first_setup[t]] for t in self.tools}
         for label, values in (("plugin import (ms)", imports), ("first test's setup (ms)", first)):
-            if all(values[t] for t in TOOLS):
+            if all(values[t] for t in self.tools):
                 ratios = [m / v for m, v in zip(values["mockllm"], values["vcrpy"], strict=False) if v > 0]
-                rows.append([label, "", "", _spread(values["mockllm"]), _spread(values["vcrpy"]),
-                             f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})", "info"])
+                row = [label, "", "", _spread(values["mockllm"]), _spread(values["vcrpy"]), _ratio(ratios), "", "", ""]
+                if self.before:
+                    row += [_spread(values["before"]), _ratio([m / b for m, b in zip(
+                        values["mockllm"], values["before"], strict=False) if b > 0])]
+                rows.append([*row, "info"])
         results["imports_ms"] = imports
         results["first_setup_ms"] = first
-        header = ["workers", "N", "K", "mockllm ms/test", "vcrpy ms/test", "ratio (range)", "result"]
+        header = ["workers", "N", "K", "mockllm ms/test", "vcrpy ms/test", "ratio (range)", "mockllm CPU ms/test",
+                  "vcrpy CPU ms/test", "CPU ratio (range)"]
+        header += ["before ms/test", "mockllm / before"] if self.before else []
+        header.append("result")
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
         lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
                  for r in [header, ["-" * w for w in widths], *rows]]
-        title = (f"== Replayed suite, per-test overhead ((suite - empty suite) / N), median (min-max) of {self.reps} "
-                 f"interleaved repetition(s); ratio = mockllm / vcrpy per repetition ==")
+        title = (f"== Replayed suite, per-test overhead ((suite - empty suite) / N, wall and CPU time), median "
+                 f"(min-max) of {self.reps} interleaved repetition(s); ratios per repetition"
+                 + (f"; before: the mockllm of {self.before}" if self.before else "") + " ==")
         return "\n".join([title, *lines]), met, results
+
+
+def _ratio(ratios: list[float]) -> str:
+    return f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})" if ratios else "-"
 
 
 def _spread(values: list[float]) -> str:
@@ -438,6 +475,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--reps", type=int, help="interleaved repetitions (default 5; --quick 1)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one pytest process may take")
     parser.add_argument("--json", type=Path, help="also write every measurement here as JSON")
+    parser.add_argument("--before", type=Path, help="also replay the mockllm suites with the mockllm of this "
+                        "checkout (a folder holding mockllm/), interleaved: a before/after comparison")
     parser.add_argument("--keep", type=Path, help="work in this folder and keep it (suites recorded there are reused)")
     args = parser.parse_args(argv)
     cells = parse_cells(args.cells or (QUICK_CELLS if args.quick else FULL_CELLS))
@@ -445,7 +484,7 @@ def main(argv: list[str]) -> int:
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="mockllm-bench-suite-"))
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        bench = Bench(cells, reps, workdir, args.timeout)
+        bench = Bench(cells, reps, workdir, args.timeout, args.before and args.before.resolve())
         bench.run()
         text, met, results = bench.table()
     except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
