@@ -58,7 +58,7 @@ ROOT = HERE.parent
 TOOLS = ("mockllm", "vcrpy")
 DELTAS = 16  # text deltas in each answer: a short streamed reply
 FULL_CELLS = "1:200:1,1:200:5,1:1000:1,2:200:5"
-QUICK_CELLS = "1:6:1,2:6:3"
+QUICK_CELLS = "1:3:2"
 
 
 @dataclass(frozen=True)
