@@ -26,17 +26,20 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
-import aiohttp
-
 from mockllm.errors import MockllmError
 from mockllm.hosting.admin_client import AdminConnection
 from mockllm.options import SESSION_HEADERS, ServeOptions, in_process
 from mockllm.replay.report import RunReport, check
-from mockllm.scenario.load import Suite
-from mockllm.server.running import RunningServer, load_source, start_server
 
+# The server (aiohttp, the loader, the dialects) is imported where a server starts in this process:
+# a test process whose server runs beside it (`process=True`, the pytest plugin's default) never
+# pays for those imports, and its child starts while nothing here waits on them.
 if TYPE_CHECKING:
+    import aiohttp
+
     from mockllm.process import ServerProcess
+    from mockllm.scenario.load import Suite
+    from mockllm.server.running import RunningServer
 
 # Start-up is a bind on loopback after the suite is loaded; far past this something is stuck.
 START_TIMEOUT = 30.0
@@ -64,6 +67,8 @@ def _load(path: PathLike | None, options: ServeOptions) -> Suite:
     """The suite to serve; refuses one with nothing valid in it, since every run would be refused,
     unless the server records (a record mode or an upstream): a new or empty folder is where
     recordings go."""
+    from mockllm.server.running import load_source
+
     suite = load_source(Path(path) if path is not None else None, options)
     records = options.record_mode != "none" or bool(options.upstream)
     if not suite.scenarios and not (records and path is not None and not suite.broken):
@@ -370,6 +375,8 @@ class AsyncServer:
             raise MockllmError("this AsyncServer is already started")
         self.suite = _load(self.path, self.options)
         self._server = await _start(self.suite, self.options)
+        import aiohttp
+
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=ADMIN_TIMEOUT))
         return self
 
@@ -413,6 +420,8 @@ class AsyncServer:
 
 
 async def _start(suite: Suite, options: ServeOptions) -> RunningServer:
+    from mockllm.server.running import start_server
+
     try:
         return await start_server(suite, options)
     except OSError as exc:
