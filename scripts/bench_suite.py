@@ -391,7 +391,8 @@ class Bench:
                 for tool in order:
                     self.replay(tool, cell, rep)
                     self.replay(f"empty-{tool}", cell, rep)
-            print(f"repetition {rep + 1}/{self.reps} done", file=sys.stderr, flush=True)
+            # The table so far after each repetition: a long run on a busy machine shows where it is.
+            print(f"repetition {rep + 1}/{self.reps} done\n{self.table()[0]}", file=sys.stderr, flush=True)
 
     def per_test(self, tool: str, cell: Cell, measure: str = "") -> list[float]:
         """Per-test overhead (ms) in each repetition: (suite - its empty suite) / N; `measure`
