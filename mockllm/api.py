@@ -200,6 +200,7 @@ class Server:
         self.options: ServeOptions = in_process(**options)
         self.process = process
         self._child: ServerProcess | None = None
+        self._launched: ServerProcess | None = None  # launched, not yet waited for
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -222,14 +223,27 @@ class Server:
             return sorted(s["name"] for s in listed if isinstance(s, dict) and s.get("valid"))
         return sorted(self.suite.scenarios) if self.suite else []
 
+    def launch(self) -> Self:
+        """With `process=True`: start the server process without waiting for it, so it loads while
+        the caller goes on; `start()` then waits for it (and raises what it could not do). The
+        pytest plugin launches its server while pytest collects."""
+        if not self.process:
+            raise MockllmError("only a Server(process=True) can be launched ahead of start()")
+        if self._launched is None and self._child is None:
+            from mockllm.process import ServerProcess
+
+            self._launched = ServerProcess(Path(self.path) if self.path is not None else None, self.options)
+            self._launched.launch()
+        return self
+
     def start(self) -> Self:
         if self._thread is not None or self._child is not None:
             raise MockllmError("this Server is already started")
         if self.process:
-            from mockllm.process import ServerProcess
-
-            child = ServerProcess(Path(self.path) if self.path is not None else None, self.options)
-            self._url = child.start(START_TIMEOUT, ServerStartError)
+            child = self.launch()._launched
+            assert child is not None
+            self._launched = None
+            self._url = child.wait(START_TIMEOUT, ServerStartError)
             self._child = child
             self._connection = AdminConnection(self._url, ADMIN_TIMEOUT)
             return self
@@ -269,9 +283,10 @@ class Server:
         if self._connection is not None:  # first: the server need not wait for an idle connection
             self._connection.close()
             self._connection = None
-        if self._child is not None:
-            self._child.stop()
-            self._child = self._url = None
+        for child in (self._child, self._launched):
+            if child is not None:
+                child.stop()
+        self._child = self._launched = self._url = None
         if thread is None:
             return
         if loop is not None and stop is not None and not loop.is_closed():

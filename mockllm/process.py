@@ -50,6 +50,11 @@ class ServerProcess:
     def start(self, timeout: float, start_error: type[MockllmError]) -> str:
         """Start the child and return its base URL; a child that cannot start raises what the
         in-thread server would have (`start_error` for what the server itself refused)."""
+        self.launch()
+        return self.wait(timeout, start_error)
+
+    def launch(self) -> None:
+        """Start the child without waiting for it: it loads and binds while the caller goes on."""
         proc = subprocess.Popen([sys.executable, "-m", "mockllm.process"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_child_env())
         self._proc = proc
@@ -60,6 +65,16 @@ class ServerProcess:
         try:
             proc.stdin.write(pickle.dumps((self.path, self.options)))
             proc.stdin.flush()
+        except BaseException:
+            self.stop()
+            raise
+
+    def wait(self, timeout: float, start_error: type[MockllmError]) -> str:
+        """The launched child's base URL, once it listens (see `start`)."""
+        proc = self._proc
+        if proc is None or proc.stdout is None:
+            raise start_error("the server process was not launched")
+        try:
             line = _read_line(proc.stdout, timeout)
         except BaseException:
             self.stop()

@@ -16,7 +16,9 @@ Glue only, over the Python API (`mockllm.api`):
   `--mockllm-record-in-ci` is given: recording in CI is almost always a mistake that burns keys.
 - The server runs in a process of its own beside the test process (`--mockllm-server-mode
   process`, ini `mockllm_server_mode`, the default), so it does not share the tests' interpreter
-  lock; `thread` runs it in a thread of the test process, as `mockllm.Server` does by default.
+  lock; when the recordings folder exists it is launched as the session starts, so it loads while
+  pytest collects, and stopped after collection if no collected test uses it; `thread` runs it in
+  a thread of the test process, as `mockllm.Server` does by default.
 - Every serve option is also `--mockllm-<flag>` and ini `mockllm_<name>`, generated from
   `ServeOptions`; the command line wins over the ini file. The port defaults to 0 (a free one).
 - A test whose run fails leaves the run's one-file HTML report (the inspector's view of it) in
@@ -55,6 +57,9 @@ SERVER_MODES = ("process", "thread")
 REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
 # What each test's run recorded (or why not), for the session's summary.
 RECORDED = pytest.StashKey[list[tuple[str, "RecordingReport"]]]()
+# The server process launched while pytest collects (see pytest_sessionstart), until a test asks for it.
+LAUNCHED = pytest.StashKey["Server"]()
+FIXTURES = ("mockllm_run", "mockllm_server")
 # Characters a folder name cannot hold (DESIGN.md §6), replaced by `_` in a scenario named after its test.
 UNSAFE = re.compile(r"[/\\:\x00-\x1f\x7f]")
 
@@ -92,6 +97,42 @@ def pytest_configure(config: pytest.Config) -> None:
     mode = serve_options(config).get("record_mode", "none")
     if mode != "none" and in_ci() and not config.getoption(RECORD_IN_CI):
         raise pytest.UsageError(_ci_refusal(mode))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Launch the server process now, when this project has recordings to serve: it starts (a
+    Python start, its imports, loading the recordings) while pytest collects, instead of while the
+    first test waits. Stopped again after collection if no collected test uses it."""
+    config = session.config
+    if (server_mode(config) != "process" or config.option.collectonly
+            or config.pluginmanager.has_plugin("dsession")):  # xdist's controller runs no test
+        return
+    path = recordings_path(config)
+    if not path.is_dir():
+        return
+    from mockllm.api import Server
+    from mockllm.errors import MockllmError
+
+    try:
+        config.stash[LAUNCHED] = Server(path, process=True, **serve_options(config)).launch()
+    except (MockllmError, TypeError, ValueError, OSError):
+        return  # the fixture starts it again, and reports what is wrong where a test needs it
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if not any(name in getattr(item, "fixturenames", ()) for item in session.items for name in FIXTURES):
+        _stop_launched(session.config)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _stop_launched(session.config)
+
+
+def _stop_launched(config: pytest.Config) -> None:
+    launched = config.stash.get(LAUNCHED, None)
+    if launched is not None:
+        del config.stash[LAUNCHED]
+        launched.stop()
 
 
 def in_ci() -> bool:
@@ -159,8 +200,12 @@ def mockllm_server(pytestconfig: pytest.Config) -> Iterator[Server]:
     from mockllm.errors import MockllmError
 
     path = recordings_path(pytestconfig)
+    launched = pytestconfig.stash.get(LAUNCHED, None)
+    if launched is not None:
+        del pytestconfig.stash[LAUNCHED]
     try:
-        server = Server(path, process=server_mode(pytestconfig) == "process", **serve_options(pytestconfig)).start()
+        server = (launched or Server(path, process=server_mode(pytestconfig) == "process",
+                                     **serve_options(pytestconfig))).start()
     except (MockllmError, TypeError, ValueError) as exc:
         # A server that cannot start fails every test that needs it the same way: stop at once.
         pytest.exit(f"mockllm: the server for {path} did not start: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)

@@ -63,3 +63,42 @@ def test_a(mockllm_run):
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stdout.fnmatch_lines(["*mockllm: the server for *nowhere did not start*not a folder*"])
+
+
+CHILDREN = '''
+import os
+from pathlib import Path
+
+def servers():
+    """This process's children that are mockllm server processes."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"mockllm.process" in cmdline:
+            found.append(entry.name)
+    return found
+'''
+
+
+def test_the_server_launched_during_collection_is_the_one_tests_use(pytester: pytest.Pytester) -> None:
+    make_ini(pytester, f"mockllm_recordings = {RECORDINGS}", "mockllm_divergence = warn")
+    pytester.makepyfile(PRELUDE + CHILDREN + '''
+@pytest.mark.mockllm("text-turn")
+def test_uses_it(mockllm_run):
+    assert call(mockllm_run).choices[0].message.content == "Hello from the recorded model!"
+    assert len(servers()) == 1  # launched while pytest collected, and reused: not a second one
+''')
+    pytester.runpytest().assert_outcomes(passed=1)
+
+
+def test_a_launched_server_no_test_uses_is_stopped_after_collection(pytester: pytest.Pytester) -> None:
+    make_ini(pytester, f"mockllm_recordings = {RECORDINGS}")
+    pytester.makepyfile(CHILDREN + '''
+def test_without_mockllm():
+    assert servers() == []  # collection found no test that uses it: stopped before the tests ran
+''')
+    pytester.runpytest().assert_outcomes(passed=1)
