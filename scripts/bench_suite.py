@@ -378,6 +378,7 @@ class Bench:
         suite = "mockllm" if tool == "before" else tool
         folder = self.suite(suite if kind == tool else "empty", cell)
         first = self.workdir / f"first-{kind}-{cell.label}-{rep}.jsonl"
+        first.unlink(missing_ok=True)  # a kept folder's earlier run must not count
         # The provider is gone (its port closed): a replay that tried the network would fail.
         extra = {"BENCH_FIRST_SETUP": str(first)}
         command = pytest_command(folder, suite if kind == tool else f"empty-{suite}", cell.workers, "none")
