@@ -16,9 +16,13 @@ app in this process: `--mockllm-record-mode once --mockllm-upstream URL`, and `-
 then the provider is stopped and every timed run replays offline (`--mockllm-record-mode none`,
 `--record-mode none`). Each tool's suite runs with only its own plugin (`-p no:` the other's).
 
-Timed: the whole `python -m pytest` process, wall time. An empty suite (N tests that do nothing,
+Timed: the whole `python -m pytest` process, wall time and CPU time (its own and every process it
+waited for: xdist's workers, mockllm's server process). An empty suite (N tests that do nothing,
 same flags) is timed beside each, and per-test overhead is (suite - empty) / N: what the tool and
-the SDK's calls add to each test. Repetitions are interleaved (mockllm, vcrpy, their empty suites,
+the SDK's calls add to each test. `--before DIR` also replays the mockllm suites with another
+checkout's mockllm, interleaved: a before/after comparison in the same run. Every process imports
+from cached bytecode kept in a folder of the benchmark's own (see child_env). An untimed pass of
+each tool comes first. Repetitions are interleaved (mockllm, vcrpy, their empty suites,
 the order flipped on every repetition), so the host's drift hits both alike; the table shows the
 median over repetitions and, for the ratio, the median and the range of the per-repetition ratios
 (mockllm / vcrpy, each from the same repetition).
