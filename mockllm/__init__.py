@@ -4,20 +4,27 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mockllm.dsh.header import InheritedEventCount, SessionHeader, encode_header, parse_header
-from mockllm.dsh.reader import Event, SessionLog, read_log
 from mockllm.errors import MockllmError, NotAScenarioError, RecordingError, ScenarioError
-from mockllm.scenario.load import Scenario, SessionScript, Suite, load_scenario, load_suite
 
 if TYPE_CHECKING:
     from mockllm.api import AdminError, AsyncServer, Server, ServerStartError
     from mockllm.api import AsyncRunHandle as AsyncRun
     from mockllm.api import RunHandle as Run
+    from mockllm.dsh.header import InheritedEventCount, SessionHeader, encode_header, parse_header
+    from mockllm.dsh.reader import Event, SessionLog, read_log
     from mockllm.replay.report import Failure, RunNotClean, RunReport, SessionReport
+    from mockllm.scenario.load import Scenario, SessionScript, Suite, load_scenario, load_suite
 
-# The server API pulls in aiohttp and the whole server; `mockllm inspect` and the pure layers
-# need neither, so these names are imported on first use.
+# Every name but the errors is imported on first use: the pytest plugin (`mockllm.pytest_plugin`)
+# is imported by every pytest start where mockllm is installed, and that import goes through this
+# package; the server API pulls in aiohttp and the whole server, the format layer msgspec and the
+# scenario loader, none of which a suite that never asks for a server should pay for.
 _LAZY = {
+    "InheritedEventCount": "mockllm.dsh.header", "SessionHeader": "mockllm.dsh.header",
+    "encode_header": "mockllm.dsh.header", "parse_header": "mockllm.dsh.header",
+    "Event": "mockllm.dsh.reader", "SessionLog": "mockllm.dsh.reader", "read_log": "mockllm.dsh.reader",
+    "Scenario": "mockllm.scenario.load", "SessionScript": "mockllm.scenario.load", "Suite": "mockllm.scenario.load",
+    "load_scenario": "mockllm.scenario.load", "load_suite": "mockllm.scenario.load",
     "AdminError": "mockllm.api", "AsyncRun": "mockllm.api", "AsyncServer": "mockllm.api", "Run": "mockllm.api",
     "Server": "mockllm.api", "ServerStartError": "mockllm.api", "Failure": "mockllm.replay.report",
     "RunNotClean": "mockllm.replay.report", "RunReport": "mockllm.replay.report",

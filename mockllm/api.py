@@ -21,20 +21,25 @@ import concurrent.futures
 import json
 import os
 import threading
-import urllib.error
 import urllib.parse
-import urllib.request
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
-
-import aiohttp
+from typing import TYPE_CHECKING, Any, Self
 
 from mockllm.errors import MockllmError
+from mockllm.hosting.admin_client import AdminConnection
 from mockllm.options import SESSION_HEADERS, ServeOptions, in_process
 from mockllm.replay.report import RunReport, check
-from mockllm.scenario.load import Suite
-from mockllm.server.running import RunningServer, load_source, start_server
+
+# The server (aiohttp, the loader, the dialects) is imported where a server starts in this process:
+# a test process whose server runs beside it (`process=True`, the pytest plugin's default) never
+# pays for those imports, and its child starts while nothing here waits on them.
+if TYPE_CHECKING:
+    import aiohttp
+
+    from mockllm.process import ServerProcess
+    from mockllm.scenario.load import Suite
+    from mockllm.server.running import RunningServer
 
 # Start-up is a bind on loopback after the suite is loaded; far past this something is stuck.
 START_TIMEOUT = 30.0
@@ -62,6 +67,8 @@ def _load(path: PathLike | None, options: ServeOptions) -> Suite:
     """The suite to serve; refuses one with nothing valid in it, since every run would be refused,
     unless the server records (a record mode or an upstream): a new or empty folder is where
     recordings go."""
+    from mockllm.server.running import load_source
+
     suite = load_source(Path(path) if path is not None else None, options)
     records = options.record_mode != "none" or bool(options.upstream)
     if not suite.scenarios and not (records and path is not None and not suite.broken):
@@ -188,17 +195,23 @@ class Server:
     `path` is a scenario or a suite folder (None: what `mockllm serve` serves with no PATH);
     `options` are `ServeOptions` field names (`headerless="anonymous"`, `port=8081`, …).
     Loading errors and a failed bind raise from `start()` (or `with`) at once.
+    `process=True` serves from a process of its own beside this one instead of a thread (see
+    `mockllm.process`; the pytest plugin's default): the same API, but the server no longer
+    shares this process's interpreter lock, and `suite` stays None (the child holds it).
     """
 
-    def __init__(self, path: PathLike | None = None, **options: Any) -> None:
+    def __init__(self, path: PathLike | None = None, *, process: bool = False, **options: Any) -> None:
         self.path = path
         self.options: ServeOptions = in_process(**options)
+        self.process = process
+        self._child: ServerProcess | None = None
+        self._launched: ServerProcess | None = None  # launched, not yet waited for
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._url: str | None = None
         self.suite: Suite | None = None
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never a proxy
+        self._connection: AdminConnection | None = None  # kept alive for every admin call
 
     @property
     def url(self) -> str:
@@ -210,11 +223,35 @@ class Server:
     @property
     def scenarios(self) -> list[str]:
         """The names of the valid scenarios served."""
+        if self._child is not None:  # the child holds the suite: ask it
+            listed = self.admin("GET", f"{self.url}/_mockllm/scenarios").get("scenarios", [])
+            return sorted(s["name"] for s in listed if isinstance(s, dict) and s.get("valid"))
         return sorted(self.suite.scenarios) if self.suite else []
 
+    def launch(self) -> Self:
+        """With `process=True`: start the server process without waiting for it, so it loads while
+        the caller goes on; `start()` then waits for it (and raises what it could not do). The
+        pytest plugin launches its server while pytest collects."""
+        if not self.process:
+            raise MockllmError("only a Server(process=True) can be launched ahead of start()")
+        if self._launched is None and self._child is None:
+            from mockllm.process import ServerProcess
+
+            self._launched = ServerProcess(Path(self.path) if self.path is not None else None, self.options)
+            self._launched.launch()
+        return self
+
     def start(self) -> Self:
-        if self._thread is not None:
+        if self._thread is not None or self._child is not None:
             raise MockllmError("this Server is already started")
+        if self.process:
+            child = self.launch()._launched
+            assert child is not None
+            self._launched = None
+            self._url = child.wait(START_TIMEOUT, ServerStartError)
+            self._child = child
+            self._connection = AdminConnection(self._url, ADMIN_TIMEOUT)
+            return self
         self.suite = _load(self.path, self.options)
         started: concurrent.futures.Future[str] = concurrent.futures.Future()
         self._thread = threading.Thread(target=asyncio.run, args=(self._main(self.suite, started),),
@@ -222,6 +259,7 @@ class Server:
         self._thread.start()
         try:
             self._url = started.result(timeout=START_TIMEOUT)
+            self._connection = AdminConnection(self._url, ADMIN_TIMEOUT)
         except concurrent.futures.TimeoutError:
             raise ServerStartError(f"the server did not start within {START_TIMEOUT} s") from None
         except BaseException:
@@ -247,12 +285,19 @@ class Server:
     def stop(self) -> None:
         """Stop serving: held streams end, the port is free when this returns. Idempotent."""
         thread, loop, stop = self._thread, self._loop, self._stop
+        if self._connection is not None:  # first: the server need not wait for an idle connection
+            self._connection.close()
+            self._connection = None
+        for child in (self._child, self._launched):
+            if child is not None:
+                child.stop()
+        self._child = self._launched = self._url = None
         if thread is None:
             return
         if loop is not None and stop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(stop.set)
         thread.join()
-        self._thread = self._loop = self._stop = self._url = None
+        self._thread = self._loop = self._stop = self._url = self._connection = None
 
     def __enter__(self) -> Self:
         return self.start()
@@ -270,24 +315,19 @@ class Server:
     def admin(self, method: str, url: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """One admin call: the decoded JSON answer, or AdminError."""
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-        try:
-            with self._opener.open(request, timeout=ADMIN_TIMEOUT) as response:
-                return _admin_result(response.status, response.read())
-        except urllib.error.HTTPError as error:
-            with error:
-                return _admin_result(error.code, error.read())
+        return _admin_result(*self._admin_connection().request(method, url, data))
 
     def fetch_text(self, url: str) -> str:
         """A page the server renders (an inspector report), or AdminError."""
-        try:
-            with self._opener.open(url, timeout=ADMIN_TIMEOUT) as response:
-                text: str = response.read().decode("utf-8")
-                return text
-        except urllib.error.HTTPError as error:
-            with error:
-                _admin_result(error.code, error.read())  # raises AdminError with the server's reason
-                raise
+        status, raw = self._admin_connection().request("GET", url)
+        if status >= 400:
+            _admin_result(status, raw)  # raises AdminError with the server's reason
+        return raw.decode("utf-8")
+
+    def _admin_connection(self) -> AdminConnection:
+        if self._connection is None:
+            raise MockllmError("the server is not running: use `with Server(...)` or call start()")
+        return self._connection
 
 
 class AsyncRunHandle(_RunInfo):
@@ -355,6 +395,8 @@ class AsyncServer:
             raise MockllmError("this AsyncServer is already started")
         self.suite = _load(self.path, self.options)
         self._server = await _start(self.suite, self.options)
+        import aiohttp
+
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=ADMIN_TIMEOUT))
         return self
 
@@ -398,6 +440,8 @@ class AsyncServer:
 
 
 async def _start(suite: Suite, options: ServeOptions) -> RunningServer:
+    from mockllm.server.running import start_server
+
     try:
         return await start_server(suite, options)
     except OSError as exc:

@@ -12,13 +12,16 @@ import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from mockllm.mcp.spec import parse_all as parse_mcp_all
-from mockllm.mcp.spec import parse_mcp
-from mockllm.replay.faults import Fault, parse_faults
-from mockllm.replay.normalize import Mask, masks_for
-from mockllm.scenario.side_routes import SideRouteSpec, parse_side_route
+if TYPE_CHECKING:
+    from mockllm.replay.faults import Fault
+    from mockllm.replay.normalize import Mask
+    from mockllm.scenario.side_routes import SideRouteSpec
+
+# The validators below import what they check with on first use: the pytest plugin builds its
+# options from this module in every pytest start, and faults, masks and side routes pull in the
+# replay and derivation layers (msgspec, the scenario loader), which a suite without a server never needs.
 
 Headerless = Literal["conversation", "anonymous"]
 
@@ -229,10 +232,19 @@ class ServeOptions:
             object.__setattr__(self, name, items(getattr(self, name)))
         for upstream in self.upstream:
             parse_upstream(upstream)  # raises ValueError naming the bad one
-        for route in self.side_routes:
-            parse_side_route(route)  # raises ValueError naming the bad one
-        parse_mcp_all(self.mcp)  # raises ValueError naming the bad one
-        object.__setattr__(self, "faults", parse_faults(self.faults))  # JSON texts or objects; a bad one is named
+        if self.side_routes:
+            from mockllm.scenario.side_routes import parse_side_route
+
+            for route in self.side_routes:
+                parse_side_route(route)  # raises ValueError naming the bad one
+        if self.mcp:
+            from mockllm.mcp.spec import parse_all as parse_mcp_all
+
+            parse_mcp_all(self.mcp)  # raises ValueError naming the bad one
+        if self.faults != ():  # anything but the default is parsed, a bad value named
+            from mockllm.replay.faults import parse_faults
+
+            object.__setattr__(self, "faults", parse_faults(self.faults))  # JSON texts or objects; a bad one is named
         check_patterns(self.ignore_input)
 
     @property
@@ -242,6 +254,8 @@ class ServeOptions:
 
     @property
     def side_route_specs(self) -> list[SideRouteSpec]:
+        from mockllm.scenario.side_routes import parse_side_route
+
         return [parse_side_route(route) for route in self.side_routes]
 
     def replace(self, **changes: Any) -> ServeOptions:
@@ -336,6 +350,8 @@ class RunSettings:
     masks: tuple[Mask, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        from mockllm.replay.normalize import masks_for
+
         object.__setattr__(self, "masks", masks_for(check_patterns(self.ignore_input), self.normalize))
 
     @property
@@ -389,6 +405,8 @@ def _run_field(name: str, value: Any) -> Any:
     if name == "faults":
         if not isinstance(value, list):
             raise ValueError(f"must be a list of faults, not {value!r}")
+        from mockllm.replay.faults import parse_faults
+
         return parse_faults(value)
     patterns = [value] if isinstance(value, str) else value
     if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):

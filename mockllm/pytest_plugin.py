@@ -14,6 +14,11 @@ Glue only, over the Python API (`mockllm.api`):
   recording only if its test passed; the test's report (a `mockllm` section, and the session's
   summary) says what was recorded, or why not. With `CI` set a record mode is refused unless
   `--mockllm-record-in-ci` is given: recording in CI is almost always a mistake that burns keys.
+- The server runs in a process of its own beside the test process (`--mockllm-server-mode
+  process`, ini `mockllm_server_mode`, the default), so it does not share the tests' interpreter
+  lock; when the recordings folder exists it is launched as the session starts, so it loads while
+  pytest collects, and stopped after collection if no collected test uses it; `thread` runs it in
+  a thread of the test process, as `mockllm.Server` does by default.
 - Every serve option is also `--mockllm-<flag>` and ini `mockllm_<name>`, generated from
   `ServeOptions`; the command line wins over the ini file. The port defaults to 0 (a free one).
 - A test whose run fails leaves the run's one-file HTML report (the inspector's view of it) in
@@ -48,10 +53,15 @@ MARKER = ("mockllm(scenario, consume=True): the scenario `mockllm_run` replays (
           "{file stem}/{test}); consume=False allows calls left over; keywords such as bind=, strict=, ignore_input=, "
           "divergence=, faults=, pace=, record_mode= set this test's run")
 RECORD_IN_CI = "mockllm_record_in_ci"
+SERVER_MODE = "mockllm_server_mode"
+SERVER_MODES = ("process", "thread")
 # Each test's reports by phase, for its run's teardown: a recording is kept only if the test passed.
 REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
 # What each test's run recorded (or why not), for the session's summary.
 RECORDED = pytest.StashKey[list[tuple[str, "RecordingReport"]]]()
+# The server process launched while pytest collects (see pytest_sessionstart), until a test asks for it.
+LAUNCHED = pytest.StashKey["Server"]()
+FIXTURES = ("mockllm_run", "mockllm_server")
 # Characters a folder name cannot hold (DESIGN.md §6), replaced by `_` in a scenario named after its test.
 UNSAFE = re.compile(r"[/\\:\x00-\x1f\x7f]")
 # The stems two test files share (`scenario_for`), found once per session.
@@ -68,6 +78,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="where a test whose mockllm run fails leaves the run's HTML report (default: mockllm/ "
                          "under pytest's cache folder)")
     parser.addini(REPORT_DIR, "where failing tests' mockllm HTML reports go, relative to this file")
+    group.addoption("--mockllm-server-mode", dest=SERVER_MODE, choices=SERVER_MODES, default=None,
+                    help="where mockllm_server runs: a process of its own beside the test process (process, the "
+                         "default: the server does not share the tests' interpreter lock) or a thread in it (thread)")
+    parser.addini(SERVER_MODE, "where mockllm_server runs: process (default) or thread")
     group.addoption("--mockllm-record-in-ci", dest=RECORD_IN_CI, action="store_true", default=False,
                     help="allow a record mode other than none when the CI environment variable is set")
     for flag, kwargs in argument_specs(PREFIX):
@@ -83,9 +97,46 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
     config.stash[RECORDED] = []
+    server_mode(config)  # a bad ini value is a usage error now, not at the first test
     mode = serve_options(config).get("record_mode", "none")
     if mode != "none" and in_ci() and not config.getoption(RECORD_IN_CI):
         raise pytest.UsageError(_ci_refusal(mode))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Launch the server process now, when this project has recordings to serve: it starts (a
+    Python start, its imports, loading the recordings) while pytest collects, instead of while the
+    first test waits. Stopped again after collection if no collected test uses it."""
+    config = session.config
+    if (server_mode(config) != "process" or config.option.collectonly
+            or config.pluginmanager.has_plugin("dsession")):  # xdist's controller runs no test
+        return
+    path = recordings_path(config)
+    if not path.is_dir():
+        return
+    from mockllm.api import Server
+    from mockllm.errors import MockllmError
+
+    try:
+        config.stash[LAUNCHED] = Server(path, process=True, **serve_options(config)).launch()
+    except (MockllmError, TypeError, ValueError, OSError):
+        return  # the fixture starts it again, and reports what is wrong where a test needs it
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if not any(name in getattr(item, "fixturenames", ()) for item in session.items for name in FIXTURES):
+        _stop_launched(session.config)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _stop_launched(session.config)
+
+
+def _stop_launched(config: pytest.Config) -> None:
+    launched = config.stash.get(LAUNCHED, None)
+    if launched is not None:
+        del config.stash[LAUNCHED]
+        launched.stop()
 
 
 def in_ci() -> bool:
@@ -179,6 +230,14 @@ def recordings_path(config: pytest.Config) -> Path:
     return config.rootpath / "recordings"
 
 
+def server_mode(config: pytest.Config) -> str:
+    """`process` (the default) or `thread`: the flag, else the ini option."""
+    mode = str(config.getoption(SERVER_MODE) or config.getini(SERVER_MODE) or "process").strip()
+    if mode not in SERVER_MODES:
+        raise pytest.UsageError(f"mockllm: {SERVER_MODE} must be process or thread, not {mode!r}")
+    return mode
+
+
 def serve_options(config: pytest.Config) -> dict[str, Any]:
     """The serve options given by flag or ini, by field name (what `mockllm.Server` takes)."""
     options: dict[str, Any] = {}
@@ -197,8 +256,12 @@ def mockllm_server(pytestconfig: pytest.Config) -> Iterator[Server]:
     from mockllm.errors import MockllmError
 
     path = recordings_path(pytestconfig)
+    launched = pytestconfig.stash.get(LAUNCHED, None)
+    if launched is not None:
+        del pytestconfig.stash[LAUNCHED]
     try:
-        server = Server(path, **serve_options(pytestconfig)).start()
+        server = (launched or Server(path, process=server_mode(pytestconfig) == "process",
+                                     **serve_options(pytestconfig))).start()
     except (MockllmError, TypeError, ValueError) as exc:
         # A server that cannot start fails every test that needs it the same way: stop at once.
         pytest.exit(f"mockllm: the server for {path} did not start: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
@@ -258,6 +321,8 @@ def report_name(nodeid: str) -> str:
     (a long one cut, with a digest of the whole id to keep it unique)."""
     name = re.sub(r"[/\\:\x00-\x1f\x7f]", "_", nodeid)
     if len(name) > NAME_KEPT:
+        import hashlib  # only for a long node id: every pytest start imports this module
+
         name = name[:NAME_KEPT] + "-" + hashlib.blake2b(nodeid.encode(), digest_size=6).hexdigest()
     return name + ".html"
 
@@ -318,11 +383,12 @@ def _invoked_path(config: pytest.Config, nodeid: str) -> str:
 def _marker(marker: pytest.Mark | None, server: Server, item: pytest.Item) -> tuple[str, bool, dict[str, Any]]:
     """The marker's scenario, `consume`, and the run settings it gives this test (DESIGN.md §6)."""
     if marker is None:
-        if len(server.scenarios) == 1 and server.options.record_mode == "none":  # naming it adds nothing
-            return server.scenarios[0], True, {}
-        if server.options.record_mode != "none" or scenario_for(item) in server.scenarios:
+        names = server.scenarios  # one admin call when the server is a process: asked once
+        if len(names) == 1 and server.options.record_mode == "none":  # naming it adds nothing
+            return names[0], True, {}
+        if server.options.record_mode != "none" or scenario_for(item) in names:
             return scenario_for(item), True, {}
-        pytest.fail(f'mockllm_run needs @pytest.mark.mockllm("scenario"); loaded: {", ".join(server.scenarios)}. '
+        pytest.fail(f'mockllm_run needs @pytest.mark.mockllm("scenario"); loaded: {", ".join(names)}. '
                     f"@pytest.mark.mockllm() names the scenario after the test: {scenario_for(item)}", pytrace=False)
     args, kwargs = marker.args or (scenario_for(item),), dict(marker.kwargs)
     consume = kwargs.pop("consume", True)

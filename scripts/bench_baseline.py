@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The benchmark's baseline server: a bare aiohttp handler on uvloop writing pre-encoded SSE bytes.
 
-    python3 scripts/bench_baseline.py SCENARIO_DIR [--writes per-event|two] [--host 127.0.0.1] [--port 0]
+    python3 scripts/bench_baseline.py SCENARIO_DIR [--writes per-event|two|one] [--host 127.0.0.1] [--port 0]
 
 It prints `baseline listening on http://HOST:PORT` once ready and serves until SIGTERM/SIGINT.
 At start-up it takes the SSE frames mockllm renders for the scenario's first call (the same bytes
@@ -10,6 +10,8 @@ mockllm sends: every chunk frame, the usage frame, `data: [DONE]`); every POST t
 - `per-event` (the streaming baseline): one write per event, chunked, as a plain SSE server does;
 - `two` (the scale baseline): exactly as mockllm writes an unpaced stream, the first event, then
   the rest in one write, with a Content-Length; only mockllm's routing and replay state are missing.
+- `one` (the floor, issue 28): the whole answer pre-encoded in one body, one write, to a POST on
+  any path (every dialect's route): the least any aiohttp handler can do per streamed request.
 No routing, no parsing, no state: the floor any SSE server on aiohttp pays. It runs with mockllm's
 runner and memory settings (settle_memory), so only the handlers differ.
 """
@@ -61,8 +63,17 @@ async def serve(frames: list[bytes], writes: str, host: str, port: int) -> None:
         await response.write_eof()
         return response
 
+    whole = b"".join(frames)
+
+    async def one(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(body=whole, headers=SSE_HEADERS)
+
     app = web.Application()
-    app.router.add_post("/runs/{run}/v1/chat/completions", two if writes == "two" else per_event)
+    if writes == "one":
+        app.router.add_post("/{path:.*}", one)
+    else:
+        app.router.add_post("/runs/{run}/v1/chat/completions", two if writes == "two" else per_event)
     # Started and stopped as mockllm's start_server and serve are, so only the handlers differ.
     runner, bound = await listen(app, host, port)
     await serve_until_signalled(RunningServer(runner, host, bound), [f"baseline listening on http://{host}:{bound}"])
@@ -71,7 +82,7 @@ async def serve(frames: list[bytes], writes: str, host: str, port: int) -> None:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("scenario", type=Path)
-    parser.add_argument("--writes", choices=["per-event", "two"], default="per-event")
+    parser.add_argument("--writes", choices=["per-event", "two", "one"], default="per-event")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args(argv)

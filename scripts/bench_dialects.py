@@ -12,6 +12,10 @@ sessions named by header), so each dialect pays for everything a scenario's firs
 first render included. Chat completions is rendered at start-up (the server warms the dialect
 nearly every agent speaks): that is the cost its requests are compared with. A warm-up pass in each
 dialect, on a copy no timed request reads, opens the connections and runs every code path once.
+The floor (issue 28): scripts/bench_baseline.py --writes one, a bare aiohttp handler on uvloop
+writing the whole pre-encoded chat completions answer in one write, gets the same number of
+requests per round, interleaved with the dialects' passes on the same connections' pattern; each
+dialect's CPU per request over the floor's must stay within 2x (FLOOR_TARGET).
 Each round sends the same number of streamed requests in each dialect (chat completions, Anthropic
 Messages, OpenAI Responses, Gemini, Ollama, Bedrock Converse), and as many OpenAI embeddings requests (`embeddings`:
 not a dialect, but served beside them: each request a distinct recorded input of its copy's
@@ -66,6 +70,7 @@ from mockllm.wire.render import read  # noqa: E402
 TARGET = 1.25
 TARGETS = {"embeddings": 1.15, "bedrock": 1.15}  # a dialect's own target, where it has a stricter one than TARGET
 EMBEDDING_DIM = 1536  # text-embedding-3-small's
+FLOOR_TARGET = 2.0
 CONNECTIONS = 32
 WARM = "warm"  # the scenario the warm-up passes read: no timed request does
 CALLS_PER_COPY = bench.SESSIONS * bench.CALLS_PER_SESSION
@@ -184,17 +189,41 @@ async def _pass(http: aiohttp.ClientSession, base: str, pid: int, dialect: str, 
     return ok, cpu_seconds(pid) - before
 
 
-async def measure(base: str, pid: int, requests: int, rounds: int) -> dict[str, Any]:
+async def _floor_pass(http: aiohttp.ClientSession, floor: str, pid: int, requests: int) -> tuple[int, float]:
+    """`requests` streamed chat completions calls to the floor server; (answered 200, its CPU seconds)."""
+    path, body = BODIES["chat"]
+    data = json.dumps(body).encode()
+    ok = 0
+    slots = iter(range(requests))
+
+    async def worker() -> None:
+        nonlocal ok
+        for _ in slots:
+            async with http.post(floor + path, data=data, headers={"Content-Type": "application/json"}) as response:
+                await response.read()
+                ok += response.status == 200
+
+    before = cpu_seconds(pid)
+    await asyncio.gather(*(worker() for _ in range(CONNECTIONS)))
+    return ok, cpu_seconds(pid) - before
+
+
+async def measure(base: str, pid: int, requests: int, rounds: int,
+                  floor: tuple[str, int] | None = None) -> dict[str, Any]:
     dialects = list(BODIES)
     per_round: list[dict[str, float]] = []
     answered = {d: 0 for d in dialects}
+    floor_answered = 0
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=CONNECTIONS)) as http:
         for dialect in dialects:  # warm-up: connections and code paths, on replies no timed request reads
             await _pass(http, base, pid, dialect, CALLS_PER_COPY, WARM)
+        if floor:
+            await _floor_pass(http, *floor, CALLS_PER_COPY)
         for number in range(rounds):
             # One copy per dialect at a time, the order rotating, so every dialect meets the same
             # background load (the machine may be shared) over the round.
             cpu = {dialect: 0.0 for dialect in dialects}
+            cpu["floor"] = 0.0
             copies = {dialect: copies_of(dialect, number, requests) for dialect in dialects}
             for k in range(copies_for(requests)):
                 size = min(CALLS_PER_COPY, requests - k * CALLS_PER_COPY)
@@ -203,17 +232,28 @@ async def measure(base: str, pid: int, requests: int, rounds: int) -> dict[str, 
                     ok, seconds = await _pass(http, base, pid, dialect, size, copies[dialect][k])
                     answered[dialect] += ok
                     cpu[dialect] += seconds
+                if floor:
+                    ok, seconds = await _floor_pass(http, *floor, size)
+                    floor_answered += ok
+                    cpu["floor"] += seconds
             per_round.append({dialect: seconds / requests * 1e6 for dialect, seconds in cpu.items()})
     result: dict[str, Any] = {"requests": requests, "rounds": rounds, "first_renders": True, "dialects": {}}
+    floor_us = statistics.mean(r["floor"] for r in per_round) if floor else float("nan")
+    result["floor"] = {"cpu_us": floor_us, "answered": floor_answered} if floor else None
     for dialect in dialects:
         ratios = [r[dialect] / r["chat"] for r in per_round]
         cpu_us = statistics.mean(r[dialect] for r in per_round)
+        floor_ratios = [r[dialect] / r["floor"] for r in per_round if r["floor"] > 0]
         result["dialects"][dialect] = {
             "cpu_us": cpu_us, "ratio": cpu_us / statistics.mean(r["chat"] for r in per_round),
             "ratio_range": [min(ratios), max(ratios)], "answered": answered[dialect],
+            "floor_ratio": cpu_us / floor_us if floor else float("nan"),
+            "floor_ratio_range": [min(floor_ratios), max(floor_ratios)] if floor_ratios else [],
         }
     result["met"] = all(d["ratio"] <= target(name) and d["answered"] == requests * rounds
                         for name, d in result["dialects"].items())
+    result["floor_met"] = bool(floor) and floor_answered == requests * rounds and all(
+        d["floor_ratio"] <= FLOOR_TARGET for d in result["dialects"].values() if "floor_ratio" in d)
     return result
 
 
@@ -263,8 +303,15 @@ def main(argv: list[str]) -> int:
             for copy in copies_of("embeddings", number, requests):
                 shutil.copy(folder / WARM / "embeddings.json", folder / copy / "embeddings.json")
         reading_us, renders = first_renders(folder / WARM, 3 if args.quick else 100)
-        with mockllm_process(["serve", str(folder), "--port", "0"]) as (server, url):
-            result = asyncio.run(measure(root_url(url), server.pid, requests, rounds))
+        procs = bench.Processes()
+        try:
+            floor, match = procs.start([sys.executable, str(ROOT / "scripts" / "bench_baseline.py"), str(folder / WARM),
+                                        "--writes", "one"], Path(tmp) / "floor.stderr", r"listening on (http://\S+)")
+            with mockllm_process(["serve", str(folder), "--port", "0"]) as (server, url):
+                result = asyncio.run(measure(root_url(url), server.pid, requests, rounds,
+                                             (match.group(1), floor.pid)))
+        finally:
+            procs.stop_all()
     result["reading_us"] = reading_us
     for name, d in result["dialects"].items():
         if name not in renders:  # embeddings: nothing rendered
@@ -277,18 +324,29 @@ def main(argv: list[str]) -> int:
           f"{CONNECTIONS} connections, {rounds} round(s); ratio to chat completions over all (range: per round); "
           f"first render in-process, from the entry's reading (reading it: {reading_us:.1f} us) ==")
     print(f"{'dialect':<10} {'CPU/request (us)':>17} {'ratio':>6} {'range':>12} {'target':>8}  result"
+          f"  {'/ floor':>7} {'range':>12} {'target':>7}  result"
           f"  {'first render (us)':>17} {'ratio':>6} {'read+render':>11}")
     for name, d in result["dialects"].items():
         low, high = d["ratio_range"]
         target_ratio = target(name)
         verdict = "PASS" if d["ratio"] <= target_ratio and d["answered"] == requests * rounds else "FAIL"
+        floor_shown = f"  {'':>7} {'':>11} {'':>7}  {'':>4}"
+        if "floor_ratio" in d:
+            flow, fhigh = d["floor_ratio_range"] or [float("nan")] * 2
+            floor_verdict = "PASS" if d["floor_ratio"] <= FLOOR_TARGET else "FAIL"
+            floor_shown = (f"  {d['floor_ratio']:>7.2f} {flow:>5.2f}-{fhigh:<6.2f} {f'<= {FLOOR_TARGET}':>7}  "
+                           f"{floor_verdict}")
         renders_shown = f"  {'(no render)':>17}"
         if "first_render_us" in d:
             renders_shown = (f"  {d['first_render_us']:>17.1f} {d['first_render_ratio']:>6.2f} "
                              f"{d['from_entry_ratio']:>11.2f}")
-        print(f"{name:<10} {d['cpu_us']:>17.1f} {d['ratio']:>6.2f} {low:>5.2f}-{high:<6.2f} {f'<= {target_ratio}':>8}  "
-              f"{verdict}{renders_shown}")
-    print("dialect bench: " + ("every target met" if result["met"] else "TARGET MISSED"))
+        print(f"{name:<10} {d['cpu_us']:>17.1f} {d['ratio']:>6.2f} {low:>5.2f}-{high:<6.2f} "
+              f"{f'<= {target_ratio}':>8}  {verdict}{floor_shown}{renders_shown}")
+    floor_info = result["floor"]
+    print(f"floor: a bare aiohttp handler writing the whole pre-encoded chat completions answer in one write: "
+          f"{floor_info['cpu_us']:.1f} us CPU per request ({floor_info['answered']:,} answered)")
+    print("dialect bench: " + ("every target met" if result["met"] else "TARGET MISSED")
+          + "; floor: " + ("every dialect within 2x" if result["floor_met"] else "TARGET MISSED"))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     return 0 if result["met"] else 1

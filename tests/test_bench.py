@@ -363,4 +363,30 @@ def test_the_dialect_bench_runs_and_every_dialect_answers(tmp_path: Path) -> Non
     result = json.loads(out.read_text())
     assert set(result["dialects"]) == {"chat", "messages", "responses", "gemini", "ollama", "bedrock", "embeddings"}
     assert all(d["answered"] == 200 for d in result["dialects"].values())
+    # The floor (a bare handler writing one pre-encoded answer) answered as often, and every dialect has its ratio.
+    assert result["floor"]["answered"] == 200 and result["floor"]["cpu_us"] > 0
+    assert all(d["floor_ratio"] > 0 for d in result["dialects"].values())
     assert "server CPU per streamed request" in done.stdout
+
+
+def test_the_suite_bench_records_and_replays_both_tools_offline(tmp_path: Path) -> None:
+    """scripts/bench_suite.py --quick: a mockllm suite and a pytest-recording suite, recorded against
+    the scripted provider, then replayed with it gone (a replay that reached the network would fail
+    the suite, and the bench with it: exit 2)."""
+    out = tmp_path / "suite.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPTS / "bench_suite.py"), "--quick", "--json", str(out), "--keep", str(tmp_path / "w")],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    assert "mockllm ms/test" in done.stdout and "plugin import (ms)" in done.stdout, done.stdout
+    assert "first test's setup (ms)" in done.stdout, done.stdout
+    cells = json.loads(out.read_text())["results"]["cells"]
+    assert [(c["workers"], c["tests"], c["calls"]) for c in cells] == [(1, 3, 2)]
+    recordings = sorted(p.name for p in (tmp_path / "w" / "mockllm-3-2" / "recordings" / "test_suite").iterdir())
+    cassettes = sorted(p.stem for p in (tmp_path / "w" / "vcrpy-3-2" / "cassettes" / "test_suite").iterdir())
+    assert recordings == cassettes == ["test_0", "test_1", "test_2"]
+    # K=2: a tool call, then the answer, in every recording.
+    suite = load_suite(tmp_path / "w" / "mockllm-3-2" / "recordings")
+    assert [len(suite.scenarios[f"test_suite/{name}"].sessions[0].entries) for name in recordings] == [2, 2, 2]
+    assert all(len(c["mockllm_ms"]) == len(c["vcrpy_ms"]) == 1 for c in cells)

@@ -1,0 +1,136 @@
+"""`mockllm.Server(process=True)`: the same API with the server in a process of its own (the pytest
+plugin's default), driven with the real openai SDK over loopback; and the kept-alive admin connection."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+import mockllm
+from mockllm.errors import NotAScenarioError
+from mockllm.hosting.admin_client import AdminConnection
+from tests.test_api import RECORDINGS, USER, WARN, port_is_free
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def answered(url: str) -> bool:
+    """Whether anything answers `url`'s health address (a refused connection: nothing listens)."""
+    try:
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
+                f"{url}/_mockllm/health", timeout=5) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, ConnectionError):
+        return False
+
+
+@pytest.fixture(scope="module")
+def srv() -> Any:
+    with mockllm.Server(RECORDINGS, process=True, **WARN) as server:
+        yield server
+
+
+def test_a_tool_loop_replays_from_a_server_process(srv: mockllm.Server) -> None:
+    assert srv.suite is None  # the child holds the suite
+    assert "tool-loop" in srv.scenarios and "text-turn" in srv.scenarios
+    with srv.run("tool-loop") as run, openai.OpenAI(base_url=run.base_url, api_key="x", max_retries=0,
+                                                     default_headers=run.headers("agent")) as client:
+        calls = [client.chat.completions.create(model="m", messages=USER) for _ in range(5)]  # type: ignore[arg-type]
+        assert [r.choices[0].finish_reason for r in calls] == ["tool_calls", "tool_calls", "stop", "tool_calls", "stop"]
+        assert calls[4].choices[0].message.content == "It prints: hi"
+        run.assert_consumed()
+    assert run.end().consumed
+    assert "mockllm-server" not in {t.name for t in threading.enumerate()}  # no server thread here
+
+
+def test_admin_errors_and_reports_come_back_as_in_thread(srv: mockllm.Server) -> None:
+    with pytest.raises(mockllm.AdminError) as caught:
+        srv.run("no-such-scenario")
+    assert caught.value.status == 404
+    run = srv.run("text-turn")
+    assert "<html" in run.report_html().lower()
+    report = run.end(discard="not used")
+    assert not report.consumed
+
+
+def test_stopping_frees_the_port_and_ends_the_process() -> None:
+    server = mockllm.Server(RECORDINGS / "text-turn", process=True).start()
+    url = server.url
+    port = int(url.rsplit(":", 1)[1])
+    assert server.scenarios == ["text-turn"] and not port_is_free(port)
+    server.stop()
+    assert port_is_free(port) and not answered(url)
+    server.stop()  # idempotent
+
+
+@pytest.mark.parametrize(("path", "error", "match"), [
+    ("no-such-folder", NotAScenarioError, "not a folder"),
+    ("suite", mockllm.ServerStartError, "no valid scenario"),
+], ids=["missing-folder", "nothing-valid"])
+def test_start_errors_are_raised_in_the_caller(tmp_path: Path, path: str, error: type[Exception], match: str) -> None:
+    (tmp_path / "suite" / "broken").mkdir(parents=True)
+    (tmp_path / "suite" / "broken" / "session.jsonl").write_text("not json\n")
+    with pytest.raises(error, match=match):
+        mockllm.Server(tmp_path / path, process=True).start()
+
+
+def test_a_port_in_use_is_a_start_error() -> None:
+    with mockllm.Server(RECORDINGS / "text-turn", process=True) as first:
+        port = int(first.url.rsplit(":", 1)[1])
+        with pytest.raises(mockllm.ServerStartError, match=f"cannot listen on 127.0.0.1:{port}"):
+            mockllm.Server(RECORDINGS / "text-turn", process=True, port=port).start()
+
+
+def test_a_parent_that_dies_leaves_no_server_behind(tmp_path: Path) -> None:
+    script = textwrap.dedent(f"""
+        import os, mockllm
+        server = mockllm.Server({str(RECORDINGS / "text-turn")!r}, process=True).start()
+        print(server.url, flush=True)
+        os._exit(0)  # no stop(), no atexit: as a killed test run ends
+    """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env,
+                          check=True)
+    url = done.stdout.strip()
+    deadline = time.monotonic() + 30
+    while answered(url) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the child notices its closed stdin; nothing to wait on from here
+    assert not answered(url)
+
+
+def test_the_childs_log_records_reach_the_parents_loggers(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="mockllm"), \
+            mockllm.Server(RECORDINGS / "text-turn", process=True, log_level="info", **WARN) as server, \
+            server.run("text-turn") as run, \
+            openai.OpenAI(base_url=run.base_url, api_key="x", max_retries=0) as client:
+        client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+        deadline = time.monotonic() + 30
+        while not any(r.name.startswith("mockllm") for r in caplog.records) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert any(r.name.startswith("mockllm") and r.levelno == logging.INFO for r in caplog.records), caplog.text
+
+
+def test_admin_calls_share_one_kept_alive_connection_and_survive_its_close(srv: mockllm.Server) -> None:
+    connection = srv._connection
+    assert isinstance(connection, AdminConnection)
+    srv.run("text-turn").end(discard="not used")
+    first = connection._connection
+    assert first is not None and first.sock is not None
+    srv.run("text-turn").end(discard="not used")
+    assert connection._connection is first  # the same socket, kept alive
+    first.sock.shutdown(socket.SHUT_RDWR)  # a dead connection, as a server's keep-alive timeout leaves it
+    srv.run("text-turn").end(discard="not used")  # sent again on a fresh connection
+    assert connection._connection is not first

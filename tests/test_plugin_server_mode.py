@@ -1,0 +1,104 @@
+"""Where the plugin's server runs: a process beside the test process (the default), or a thread in it
+(`--mockllm-server-mode thread`, ini `mockllm_server_mode`). The fixtures behave the same either way."""
+
+from __future__ import annotations
+
+import openai  # noqa: F401  (imported once here: pytester drops what each inner run imports)
+import pytest
+
+import mockllm.api  # noqa: F401  (likewise)
+from tests.test_plugin import PRELUDE, RECORDINGS, make_ini
+
+pytest_plugins = ["pytester"]
+
+SUITE = PRELUDE + '''
+import os
+import threading
+
+@pytest.mark.mockllm("tool-loop")
+def test_tool_loop(mockllm_run, mockllm_server):
+    reasons = [call(mockllm_run).choices[0].finish_reason for _ in range(5)]
+    assert reasons == ["tool_calls", "tool_calls", "stop", "tool_calls", "stop"]
+    assert mockllm_run.report().consumed
+    in_thread = "mockllm-server" in {t.name for t in threading.enumerate()}
+    print("SERVER", "thread" if in_thread else "process", mockllm_server.suite is None)
+
+@pytest.mark.mockllm("text-turn")
+def test_left_over(mockllm_run):
+    pass  # a recorded call never requested: the teardown fails it, in either mode
+'''
+
+
+@pytest.mark.parametrize(("args", "ini", "where"), [
+    ([], [], "process"),
+    (["--mockllm-server-mode", "thread"], [], "thread"),
+    ([], ["mockllm_server_mode = thread"], "thread"),
+    (["--mockllm-server-mode", "process"], ["mockllm_server_mode = thread"], "process"),
+], ids=["default-process", "flag-thread", "ini-thread", "flag-wins"])
+def test_the_fixtures_behave_alike_in_a_process_and_in_a_thread(pytester: pytest.Pytester, args: list[str],
+                                                                ini: list[str], where: str) -> None:
+    make_ini(pytester, f"mockllm_recordings = {RECORDINGS}", "mockllm_divergence = warn", *ini)
+    pytester.makepyfile(SUITE)
+    result = pytester.runpytest("-s", *args)
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines([f"*SERVER {where} {where == 'process'}*"])
+    result.stdout.fnmatch_lines(["*test_left_over*the mockllm run did not go as recorded*"])
+
+
+def test_a_bad_server_mode_in_the_ini_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    make_ini(pytester, f"mockllm_recordings = {RECORDINGS}", "mockllm_server_mode = fork")
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*mockllm_server_mode must be process or thread, not 'fork'*"])
+
+
+def test_a_server_that_cannot_start_stops_the_session_in_process_mode(pytester: pytest.Pytester) -> None:
+    make_ini(pytester, f"mockllm_recordings = {pytester.path / 'nowhere'}")
+    pytester.makepyfile(PRELUDE + '''
+@pytest.mark.mockllm("tool-loop")
+def test_a(mockllm_run):
+    pass
+''')
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines(["*mockllm: the server for *nowhere did not start*not a folder*"])
+
+
+CHILDREN = '''
+import os
+from pathlib import Path
+
+def servers():
+    """This process's children that are mockllm server processes."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"mockllm.process" in cmdline:
+            found.append(entry.name)
+    return found
+'''
+
+
+def test_the_server_launched_during_collection_is_the_one_tests_use(pytester: pytest.Pytester) -> None:
+    make_ini(pytester, f"mockllm_recordings = {RECORDINGS}", "mockllm_divergence = warn")
+    pytester.makepyfile(PRELUDE + CHILDREN + '''
+@pytest.mark.mockllm("text-turn")
+def test_uses_it(mockllm_run):
+    assert call(mockllm_run).choices[0].message.content == "Hello from the recorded model!"
+    assert len(servers()) == 1  # launched while pytest collected, and reused: not a second one
+''')
+    pytester.runpytest().assert_outcomes(passed=1)
+
+
+def test_a_launched_server_no_test_uses_is_stopped_after_collection(pytester: pytest.Pytester) -> None:
+    make_ini(pytester, f"mockllm_recordings = {RECORDINGS}")
+    pytester.makepyfile(CHILDREN + '''
+def test_without_mockllm():
+    assert servers() == []  # collection found no test that uses it: stopped before the tests ran
+''')
+    pytester.runpytest().assert_outcomes(passed=1)
