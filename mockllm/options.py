@@ -118,6 +118,8 @@ def parse_upstream(text: str) -> tuple[str, str]:
 
 def mcp_server(text: str) -> str:
     """`--mcp NAME=URL` or `NAME=stdio:COMMAND ARGS`, as given; a bad one is an error saying what is expected."""
+    from mockllm.mcp.spec import parse_mcp  # on first use, as the other validators' imports
+
     try:
         parse_mcp(text)
     except ValueError as exc:
