@@ -99,7 +99,7 @@ def test_the_failing_words_are_the_same_on_both_sides(tree: Path) -> None:
 def test_divergences_holds_and_pacing_notes(tree: Path) -> None:
     run = new_run(tree)
     request = DEFAULT.decode_request(b'{"messages": [{"role": "user", "content": "bye"}]}')
-    run.answer("agent", request, DEFAULT, (), b"{}")  # no script's first inputs match: bound to the closest
+    run.answer("agent", request, DEFAULT, (), b"{}")  # nothing alike: bound in recorded order
     # As the server notes them: a hang that names no ready file, one that does.
     run.held += [{"session": "agent", "script": "session.jsonl", "call": 1},
                  {"session": "x", "script": "session.1.jsonl", "call": 0, "ready_file": "ready",
@@ -110,7 +110,7 @@ def test_divergences_holds_and_pacing_notes(tree: Path) -> None:
     (divergence,) = report.divergences
     assert (divergence.kind, divergence.session, divergence.live_id, divergence.call) == (
         "input", "session.jsonl", "agent", 0)
-    assert [(n.kind, n.session) for n in report.notices] == [("bound_to_closest", "session.jsonl")]
+    assert [(n.kind, n.session) for n in report.notices] == [("bound_in_order", "session.jsonl")]
     assert (divergence.expected, divergence.got) == ("hello", "bye")
     assert report.diverged_calls == 1
     # A ready file's keys appear only on the hang that has one.
