@@ -30,6 +30,8 @@ from mockllm.errors import MockllmError
 from mockllm.hosting.admin_client import AdminConnection
 from mockllm.options import SESSION_HEADERS, ServeOptions, in_process
 from mockllm.replay.report import RunReport, check
+from mockllm.starting import PathLike, load_to_serve, start
+from mockllm.starting import ServerStartError as ServerStartError  # the API's name for it, as before
 
 # The server (aiohttp, the loader, the dialects) is imported where a server starts in this process:
 # a test process whose server runs beside it (`process=True`, the pytest plugin's default) never
@@ -46,12 +48,6 @@ START_TIMEOUT = 30.0
 # Admin calls answer from memory; a stalled one means the server thread is wedged.
 ADMIN_TIMEOUT = 30.0
 
-PathLike = str | os.PathLike[str]
-
-
-class ServerStartError(MockllmError):
-    """The server could not start: nothing valid to serve, or it could not listen."""
-
 
 class AdminError(MockllmError):
     """The server refused an admin call (unknown scenario, broken scenario, unknown run…)."""
@@ -63,18 +59,6 @@ class AdminError(MockllmError):
         super().__init__(f"{status} {code}: {message}")
 
 
-def _load(path: PathLike | None, options: ServeOptions) -> Suite:
-    """The suite to serve; refuses one with nothing valid in it, since every run would be refused,
-    unless the server records (a record mode or an upstream): a new or empty folder is where
-    recordings go."""
-    from mockllm.server.running import load_source
-
-    suite = load_source(Path(path) if path is not None else None, options)
-    records = options.record_mode != "none" or bool(options.upstream)
-    if not suite.scenarios and not (records and path is not None and not suite.broken):
-        errors = "\n".join(f"{name}: {error}" for name, error in suite.broken.items())
-        raise ServerStartError(f"{suite.path}: no valid scenario to serve:\n{errors}")
-    return suite
 
 
 def _admin_result(status: int, raw: bytes) -> dict[str, Any]:
@@ -252,7 +236,7 @@ class Server:
             self._child = child
             self._connection = AdminConnection(self._url, ADMIN_TIMEOUT)
             return self
-        self.suite = _load(self.path, self.options)
+        self.suite = load_to_serve(self.path, self.options)
         started: concurrent.futures.Future[str] = concurrent.futures.Future()
         self._thread = threading.Thread(target=asyncio.run, args=(self._main(self.suite, started),),
                                         name="mockllm-server", daemon=True)
@@ -270,7 +254,7 @@ class Server:
 
     async def _main(self, suite: Suite, started: concurrent.futures.Future[str]) -> None:
         try:
-            server = await _start(suite, self.options)
+            server = await start(suite, self.options)
         except BaseException as exc:
             started.set_exception(exc)
             return
@@ -393,8 +377,8 @@ class AsyncServer:
     async def start(self) -> Self:
         if self._server is not None:
             raise MockllmError("this AsyncServer is already started")
-        self.suite = _load(self.path, self.options)
-        self._server = await _start(self.suite, self.options)
+        self.suite = load_to_serve(self.path, self.options)
+        self._server = await start(self.suite, self.options)
         import aiohttp
 
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=ADMIN_TIMEOUT))
@@ -437,12 +421,3 @@ class AsyncServer:
             if response.status >= 400:
                 _admin_result(response.status, raw)
             return raw.decode("utf-8")
-
-
-async def _start(suite: Suite, options: ServeOptions) -> RunningServer:
-    from mockllm.server.running import start_server
-
-    try:
-        return await start_server(suite, options)
-    except OSError as exc:
-        raise ServerStartError(f"cannot listen on {options.host}:{options.port}: {exc.strerror or exc}") from exc

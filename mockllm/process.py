@@ -158,12 +158,12 @@ def _say(out: IO[str], **fields: Any) -> None:
 async def _serve(path: Path | None, options: ServeOptions, out: IO[str]) -> None:
     import asyncio
 
-    from mockllm.api import _load, _start
     from mockllm.server.running import settle_memory
+    from mockllm.starting import load_to_serve, start
 
     try:
-        suite = _load(path, options)
-        server = await _start(suite, options)
+        suite = load_to_serve(path, options)
+        server = await start(suite, options)
     except (MockllmError, TypeError, ValueError) as exc:
         _say(out, error=str(exc), kind=type(exc).__name__)
         return
