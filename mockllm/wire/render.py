@@ -181,6 +181,18 @@ class CallRender(ABC):
         if chunks:
             frames.chunk = len(chunks) - 1  # what end() adds keeps the last chunk's: it goes out with it
 
+    def tool_identity(self) -> dict[int, tuple[str | None, str | None]]:
+        """Each tool call's identity as a client first sees it, by recorded block index: its first
+        delta's (id, name), gaps filled from its block-end (the dialects that send a tool call's id
+        and name when its block opens need them before its deltas)."""
+        identity: dict[int, tuple[str | None, str | None]] = {}
+        calls = [(c.index, c.id, c.name) for c in self.tool_deltas]
+        calls += [(i, b.id, b.name) for i, b in self.ended.items() if b.type == "tool-call"]
+        for index, call_id, name in calls:
+            old_id, old_name = identity.get(index, (None, None))
+            identity[index] = (old_id or call_id, old_name or name)
+        return identity
+
     def _block_started(self, chunk: BlockStart) -> None:
         self.block_start(chunk)
         if chunk.index not in self.last_delta and chunk.index in self.ended:

@@ -290,16 +290,6 @@ class _MessageCall(CallRender):
     def context_window_body(message: str | None) -> bytes:
         return provider_error(context_window_message(message), 400)
 
-    def _tool_identity(self) -> dict[int, tuple[str | None, str | None]]:
-        """Each tool call's identity as the client first sees it: its first delta's, gaps filled
-        from its block-end."""
-        identity: dict[int, tuple[str | None, str | None]] = {}  # recorded index -> tool (id, name)
-        calls = [(c.index, c.id, c.name) for c in self.tool_deltas]
-        calls += [(i, b.id, b.name) for i, b in self.ended.items() if b.type == "tool-call"]
-        for index, call_id, name in calls:
-            old_id, old_name = identity.get(index, (None, None))
-            identity[index] = (old_id or call_id, old_name or name)
-        return identity
 
     def _start(self, index: int, kind: str) -> _Block:
         block = self._by_index.get(index)
@@ -311,7 +301,7 @@ class _MessageCall(CallRender):
         wire_type = _WIRE_TYPES[kind]
         if wire_type == "tool_use":
             if self._identity is None:
-                self._identity = self._tool_identity()
+                self._identity = self.tool_identity()
             call_id, name = self._identity.get(index, (None, None))
             block = _Block(wire_type, wire, call_id or f"toolu_{wire}", name or "")
             start = _BLOCK_STARTS[wire_type] % (wire, _encode(block.call_id), _encode(block.name))

@@ -326,16 +326,6 @@ class _ConverseCall(CallRender):
     def context_window_body(message: str | None) -> bytes:
         return provider_error(context_window_message(message), 400)
 
-    def _tool_identity(self) -> dict[int, tuple[str | None, str | None]]:
-        """Each tool call's identity as the client first sees it: its first delta's, gaps filled
-        from its block-end."""
-        identity: dict[int, tuple[str | None, str | None]] = {}  # recorded index -> tool (id, name)
-        calls = [(c.index, c.id, c.name) for c in self.tool_deltas]
-        calls += [(i, b.id, b.name) for i, b in self.ended.items() if b.type == "tool-call"]
-        for index, call_id, name in calls:
-            old_id, old_name = identity.get(index, (None, None))
-            identity[index] = (old_id or call_id, old_name or name)
-        return identity
 
     def _start(self, index: int, kind: str) -> _Block:
         block = self._by_index.get(index)
@@ -346,7 +336,7 @@ class _ConverseCall(CallRender):
         wire = len(self.blocks)
         if kind == "tool-call":
             if self._identity is None:
-                self._identity = self._tool_identity()
+                self._identity = self.tool_identity()
             call_id, name = self._identity.get(index, (None, None))
             block = _Block(kind, wire, call_id or f"tooluse_mockllm_{wire}", name or "")
             start = {"contentBlockIndex": wire, "start": {"toolUse": {"toolUseId": block.call_id,

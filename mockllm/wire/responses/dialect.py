@@ -132,16 +132,6 @@ class _ResponseCall(CallRender):
     def context_window_body(message: str | None) -> bytes:
         return error_body(message or "context window exceeded", "context_length_exceeded", 400)
 
-    def _tool_identity(self) -> dict[int, tuple[str | None, str | None]]:
-        """Each tool block's first recorded (id, name), gaps filled from its block-end."""
-        identity: dict[int, tuple[str | None, str | None]] = {}
-        for chunk in self.tool_deltas:
-            call_id, name = identity.get(chunk.index, (None, None))
-            identity[chunk.index] = (call_id or chunk.id, name or chunk.name)
-        for index, block in self.ended.items():
-            call_id, name = identity.get(index, (None, None))
-            identity[index] = (call_id or block.id, name or block.name)
-        return identity
 
     def _item(self, index: int, kind: str, position: int) -> Item:
         """A new item for block `index` (it has none yet), added after closing those before it."""
@@ -155,7 +145,7 @@ class _ResponseCall(CallRender):
         number = self._sequence
         if kind == "tool-call":
             if self._identity is None:
-                self._identity = self._tool_identity()
+                self._identity = self.tool_identity()
             call_id, name = self._identity.get(index, (None, None))
             ordinal = sum(1 for i in self.items.values() if i.kind == "tool-call") - 1
             item.call_id, item.name = call_id or f"call_{ordinal}", name or ""
