@@ -187,7 +187,9 @@ async def test_the_recorder_falls_behind_by_a_bounded_number_of_calls(upstream, 
 
         await asyncio.gather(*(agent(f"agent-{n}") for n in range(clients)))
         on_disk = sum(p.read_bytes().count(b'"finish"') for p in out.glob("*.partial"))  # as if killed now
-        # With the bound, each client adds at most its call in flight and its log write (two for a first call).
-        assert max(backlog) <= proxy.LAG_BOUND + 2 * clients, backlog
-        assert on_disk >= clients * calls - proxy.LAG_BOUND - 2 * clients
+        # With the bound, each client adds at most its call in flight, its log write (two for a first
+        # call) and its envelopes.jsonl line: a bound that does not grow with the calls made.
+        allowed = proxy.LAG_BOUND + 3 * clients
+        assert max(backlog) <= allowed, backlog
+        assert on_disk >= clients * calls - allowed
     assert recorder.tree.failures == []
