@@ -46,21 +46,16 @@ from typing import Any
 import msgspec
 
 from mockllm.dsh.chunks import (
-    Block,
-    BlockEnd,
-    BlockStart,
     FinishChunk,
-    ReasoningDelta,
-    TextDelta,
     TokenUsage,
-    ToolCallDelta,
 )
 from mockllm.script.entries import ThrowEntry
 from mockllm.wire.anthropic import stream as anthropic_stream
 from mockllm.wire.anthropic.request import decode_request
 from mockllm.wire.anthropic.stream import AnthropicStreamDecoder
+from mockllm.wire.blocks import BlockByBlock
 from mockllm.wire.dialect import WalkedDialect
-from mockllm.wire.render import CallRender, Ended, Run
+from mockllm.wire.render import Ended
 from mockllm.wire.request import Request
 from mockllm.wire.sse import HOLE, NUMBER, json_template, named_event, named_pieces, named_template, run_pieces
 
@@ -222,15 +217,10 @@ def tool_input(arguments: str) -> Any:
         return arguments
 
 
-class _MessageCall(CallRender):
+class _MessageCall(BlockByBlock[_Block]):
     """One call as Messages stream events and its assembled `message`."""
 
-    def opening(self) -> None:
-        self.blocks: list[_Block] = []  # in wire order
-        self._by_index: dict[int, _Block] = {}  # recorded block index -> its wire block
-        self._open: _Block | None = None  # the block being streamed
-        self._last: _Block | None = None  # the last delta's block: what more() goes on with
-        self._identity: dict[int, tuple[str | None, str | None]] | None = None  # made for the first tool call
+    def open_message(self) -> None:
         # Encoded once: message_start and the non-streamed message both carry them.
         self._id, self._model = _encode(self.envelope.reply_id), _encode(self.envelope.model)
         self._usage = _encode(usage_object(self.usage))
@@ -239,41 +229,30 @@ class _MessageCall(CallRender):
             start = _encode({**usage_object(self.usage), "output_tokens": 0})
         self.frames.append(_MESSAGE_START % (self._id, self._model, start))
 
-    def text(self, chunk: TextDelta) -> None:
-        self._delta(chunk.index, "text", chunk.text)
+    def new_block(self, kind: str, wire: int, call_id: str | None, name: str | None) -> _Block:
+        wire_type = _WIRE_TYPES[kind]
+        if wire_type == "tool_use":
+            block = _Block(wire_type, wire, call_id or f"toolu_{wire}", name or "")
+            self.frames.append(_BLOCK_STARTS[wire_type] % (wire, _encode(block.call_id), _encode(block.name)))
+        else:
+            block = _Block(wire_type, wire, None, None)
+            self.frames.append(_BLOCK_STARTS[wire_type] % wire)
+        return block
 
-    def reasoning(self, chunk: ReasoningDelta) -> None:
-        self._delta(chunk.index, "reasoning", chunk.text)
+    def delta_frame(self, block: _Block, value: bytes) -> bytes:
+        return block.head + value + block.tail
 
-    def tool_delta(self, chunk: ToolCallDelta) -> None:
-        self._delta(chunk.index, "tool-call", chunk.argumentsDelta)
+    def run_frames(self, block: _Block, values: list[bytes]) -> list[bytes]:
+        return run_pieces(block.head, values, block.tail)
 
-    def more(self, run: Run) -> None:
-        block = self._last
-        assert block is not None
-        block.parts.append(run.text)
-        self.frames.run(run_pieces(block.head, run.values, block.tail), run.count)
-
-    def block_start(self, chunk: BlockStart) -> None:
-        if chunk.blockType in _WIRE_TYPES:
-            self._start(chunk.index, chunk.blockType)
-
-    def whole_block(self, start: BlockStart, block: Block) -> None:
-        if block.type in ("text", "reasoning"):
-            self._delta(start.index, block.type, block.text or "")
-        elif block.type == "tool-call":
-            arguments = block.arguments if isinstance(block.arguments, str) else _encode(block.arguments).decode()
-            self._delta(start.index, "tool-call", arguments)
-
-    def block_end(self, chunk: BlockEnd) -> None:
-        block = self._by_index.get(chunk.index)
-        if block is not None and block is self._open:
-            self._close(block)
+    def close_block(self, block: _Block) -> None:
+        if block.type == "thinking":
+            self.frames.append(_SIGNATURE_DELTA % block.wire)
+        self.frames.append(_BLOCK_STOP % block.wire)
 
     def end(self) -> Ended:
         """Stop the open block, then `message_delta` (stop reason, output usage); `message_stop` closes."""
-        if self._open is not None:
-            self._close(self._open)
+        self.stop_open()
         stop = _encode(stop_reason(self.finish))
         self.frames.append(_MESSAGE_DELTA % (stop, _encode(output_usage(self.usage))))
         content = b"[" + b",".join([block.assembled() for block in self.blocks]) + b"]"
@@ -289,43 +268,6 @@ class _MessageCall(CallRender):
     @staticmethod
     def context_window_body(message: str | None) -> bytes:
         return provider_error(context_window_message(message), 400)
-
-
-    def _start(self, index: int, kind: str) -> _Block:
-        block = self._by_index.get(index)
-        if block is not None:
-            return block
-        if self._open is not None:
-            self._close(self._open)  # Anthropic streams one block at a time
-        wire = len(self.blocks)
-        wire_type = _WIRE_TYPES[kind]
-        if wire_type == "tool_use":
-            if self._identity is None:
-                self._identity = self.tool_identity()
-            call_id, name = self._identity.get(index, (None, None))
-            block = _Block(wire_type, wire, call_id or f"toolu_{wire}", name or "")
-            start = _BLOCK_STARTS[wire_type] % (wire, _encode(block.call_id), _encode(block.name))
-        else:
-            block = _Block(wire_type, wire, None, None)
-            start = _BLOCK_STARTS[wire_type] % wire
-        self.blocks.append(block)
-        self._by_index[index] = block
-        self._open = block
-        self.frames.append(start)
-        return block
-
-    def _delta(self, index: int, kind: str, text: str) -> None:
-        # A delta with no block-start opens its block; one for a block already stopped (a recording that
-        # interleaves blocks) is still sent at its index, so no fragment is lost.
-        block = self._last = self._by_index.get(index) or self._start(index, kind)
-        block.parts.append(text)
-        self.frames.append(block.head + _encode(text) + block.tail)
-
-    def _close(self, block: _Block) -> None:
-        if block.type == "thinking":
-            self.frames.append(_SIGNATURE_DELTA % block.wire)
-        self.frames.append(_BLOCK_STOP % block.wire)
-        self._open = None
 
 
 class AnthropicMessages(WalkedDialect):

@@ -49,14 +49,8 @@ from typing import Any
 import msgspec
 
 from mockllm.dsh.chunks import (
-    Block,
-    BlockEnd,
-    BlockStart,
     FinishChunk,
-    ReasoningDelta,
-    TextDelta,
     TokenUsage,
-    ToolCallDelta,
 )
 from mockllm.script.entries import ThrowEntry
 from mockllm.wire import render
@@ -71,9 +65,10 @@ from mockllm.wire.bedrock.eventstream import (
 )
 from mockllm.wire.bedrock.request import decode_request, decode_routed
 from mockllm.wire.bedrock.stream import BedrockStreamDecoder, EventStreamReader
+from mockllm.wire.blocks import BlockByBlock
 from mockllm.wire.dialect import Dialect, FrameReader, SSEEvent, StreamDecoder
 from mockllm.wire.envelope import Envelope
-from mockllm.wire.render import CallRender, Ended, Reading, Run
+from mockllm.wire.render import Ended, Reading
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Request
 
@@ -256,54 +251,38 @@ class _Block:
         return {"text": joined}
 
 
-class _ConverseCall(CallRender):
+class _ConverseCall(BlockByBlock[_Block]):
     """One call as ConverseStream events and its whole `converse` answer."""
 
     frames_type = EventStreamFrames
 
-    def opening(self) -> None:
-        self.blocks: list[_Block] = []  # in wire order
-        self._by_index: dict[int, _Block] = {}  # recorded block index -> its wire block
-        self._open: _Block | None = None  # the block being streamed
-        self._last: _Block | None = None  # the last delta's block: what more() goes on with
-        self._identity: dict[int, tuple[str | None, str | None]] | None = None  # made for the first tool call
+    def open_message(self) -> None:
         self.frames.append(_MESSAGE_START)
 
-    def text(self, chunk: TextDelta) -> None:
-        self._delta(chunk.index, "text", chunk.text)
+    def new_block(self, kind: str, wire: int, call_id: str | None, name: str | None) -> _Block:
+        if kind != "tool-call":  # text and reasoning open with their first delta, as on Bedrock
+            return _Block(kind, wire, None, None)
+        block = _Block(kind, wire, call_id or f"tooluse_mockllm_{wire}", name or "")
+        start = {"contentBlockIndex": wire, "start": {"toolUse": {"toolUseId": block.call_id, "name": block.name}}}
+        self.frames.append(message(_BLOCK_START, _encode(start)))
+        return block
 
-    def reasoning(self, chunk: ReasoningDelta) -> None:
-        self._delta(chunk.index, "reasoning", chunk.text)
+    def delta_frame(self, block: _Block, value: bytes) -> bytes:
+        return block.leads.one(value)
 
-    def tool_delta(self, chunk: ToolCallDelta) -> None:
-        self._delta(chunk.index, "tool-call", chunk.argumentsDelta)
+    def run_frames(self, block: _Block, values: list[bytes]) -> list[bytes]:
+        return block.leads.many(values)
 
-    def more(self, run: Run) -> None:
-        block = self._last
-        assert block is not None
-        block.parts.append(run.text)
-        self.frames.run(block.leads.many(run.values), run.count)
-
-    def block_start(self, chunk: BlockStart) -> None:
-        if chunk.blockType in _DELTA_FIELDS:
-            self._start(chunk.index, chunk.blockType)
-
-    def whole_block(self, start: BlockStart, block: Block) -> None:
-        if block.type in ("text", "reasoning"):
-            self._delta(start.index, block.type, block.text or "")
-        elif block.type == "tool-call":
-            arguments = block.arguments if isinstance(block.arguments, str) else _encode(block.arguments).decode()
-            self._delta(start.index, "tool-call", arguments)
-
-    def block_end(self, chunk: BlockEnd) -> None:
-        block = self._by_index.get(chunk.index)
-        if block is not None and block is self._open:
-            self._close(block)
+    def close_block(self, block: _Block) -> None:
+        if block.kind == "reasoning":
+            signature = b'{"contentBlockIndex":%d,"delta":{"reasoningContent":{"signature":"%s"}}}' % (
+                block.wire, SIGNATURE.encode())
+            self.frames.append(kept_message(_BLOCK_DELTA, signature))
+        self.frames.append(kept_message(_BLOCK_STOP, b'{"contentBlockIndex":%d}' % block.wire))
 
     def end(self) -> Ended:
         """Stop the open block, then `messageStop` and `metadata`."""
-        if self._open is not None:
-            self._close(self._open)
+        self.stop_open()
         stop = _encode(stop_reason(self.finish))
         usage = _encode(usage_object(self.usage))
         self.frames.append(kept_message(_MESSAGE_STOP, b'{"stopReason":' + stop + b"}"))
@@ -325,42 +304,4 @@ class _ConverseCall(CallRender):
     @staticmethod
     def context_window_body(message: str | None) -> bytes:
         return provider_error(context_window_message(message), 400)
-
-
-    def _start(self, index: int, kind: str) -> _Block:
-        block = self._by_index.get(index)
-        if block is not None:
-            return block
-        if self._open is not None:
-            self._close(self._open)  # Bedrock streams one block at a time
-        wire = len(self.blocks)
-        if kind == "tool-call":
-            if self._identity is None:
-                self._identity = self.tool_identity()
-            call_id, name = self._identity.get(index, (None, None))
-            block = _Block(kind, wire, call_id or f"tooluse_mockllm_{wire}", name or "")
-            start = {"contentBlockIndex": wire, "start": {"toolUse": {"toolUseId": block.call_id,
-                                                                       "name": block.name}}}
-            self.frames.append(message(_BLOCK_START, _encode(start)))
-        else:
-            block = _Block(kind, wire, None, None)
-        self.blocks.append(block)
-        self._by_index[index] = block
-        self._open = block
-        return block
-
-    def _delta(self, index: int, kind: str, text: str) -> None:
-        # A delta with no block-start opens its block; one for a block already stopped (a recording that
-        # interleaves blocks) is still sent at its index, so no fragment is lost.
-        block = self._last = self._by_index.get(index) or self._start(index, kind)
-        block.parts.append(text)
-        self.frames.append(block.leads.one(_encode(text)))
-
-    def _close(self, block: _Block) -> None:
-        if block.kind == "reasoning":
-            signature = b'{"contentBlockIndex":%d,"delta":{"reasoningContent":{"signature":"%s"}}}' % (
-                block.wire, SIGNATURE.encode())
-            self.frames.append(kept_message(_BLOCK_DELTA, signature))
-        self.frames.append(kept_message(_BLOCK_STOP, b'{"contentBlockIndex":%d}' % block.wire))
-        self._open = None
 
