@@ -12,7 +12,6 @@ and decodes the body (with the route's path parameters), asks the run what the c
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -35,7 +34,7 @@ from mockllm.server.events import Hub
 from mockllm.server.inspector import Inspector
 from mockllm.server.live import LiveCalls
 from mockllm.server.mcp import McpRoutes
-from mockllm.server.mock_errors import mock_error
+from mockllm.server.mock_errors import PASSED_ON, internal_error, mock_error
 from mockllm.server.streaming import OutcomeWriter, Pacer
 from mockllm.wire import DEFAULT, DIALECTS
 from mockllm.wire.dialect import Dialect, InfoRoute
@@ -95,12 +94,10 @@ class MockServer:
                 return _upgrade_required(request, dialect)
             try:
                 return await self._answer(request, dialect)
-            except (asyncio.CancelledError, ConnectionResetError, web.HTTPException):
+            except PASSED_ON:
                 raise
-            except Exception as exc:  # a bug must not take the server down or leak into other runs
-                log.exception("internal error on %s %s", request.method, request.path)
-                return mock_error(500, "mockllm_internal_error", f"mockllm failed on this request: {exc!r}",
-                                  dialect=dialect)
+            except Exception as exc:
+                return mock_error(500, "mockllm_internal_error", internal_error(request, exc), dialect=dialect)
 
         return answer
 

@@ -11,8 +11,6 @@ the provider's error shape naming the nearest recorded input, noted as a diverge
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -25,11 +23,9 @@ from mockllm.replay.run import Run
 from mockllm.scenario.embeddings import input_text, short
 from mockllm.server.events import Hub
 from mockllm.server.live import LiveCalls
-from mockllm.server.mock_errors import mock_error
+from mockllm.server.mock_errors import PASSED_ON, internal_error, mock_error
 from mockllm.wire.dialect import Dialect
 from mockllm.wire.embeddings import EmbeddingsAPI
-
-log = logging.getLogger("mockllm")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 RunFor = Callable[[web.Request, Dialect], "Run | web.Response"]
@@ -48,12 +44,10 @@ class EmbeddingsRoutes:
         async def answer(request: web.Request) -> web.StreamResponse:
             try:
                 return await self._answer(request, api)
-            except (asyncio.CancelledError, ConnectionResetError, web.HTTPException):
+            except PASSED_ON:
                 raise
-            except Exception as exc:  # a bug must not take the server down or leak into other runs
-                log.exception("internal error on %s %s", request.method, request.path)
-                return mock_error(500, "mockllm_internal_error", f"mockllm failed on this request: {exc!r}",
-                                  dialect=api.dialect)
+            except Exception as exc:
+                return mock_error(500, "mockllm_internal_error", internal_error(request, exc), dialect=api.dialect)
 
         return answer
 

@@ -30,6 +30,7 @@ from mockllm.mcp.replay import Answer, McpReplay
 from mockllm.replay.routing import header_session
 from mockllm.replay.run import Run
 from mockllm.server.mcp_live import McpLive
+from mockllm.server.mock_errors import PASSED_ON, internal_error
 
 log = logging.getLogger("mockllm")
 
@@ -66,11 +67,10 @@ class McpRoutes:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         try:
             return await self._handle(request)
-        except (asyncio.CancelledError, ConnectionResetError, web.HTTPException):
+        except PASSED_ON:
             raise
-        except Exception as exc:  # a bug must not take the server down or leak into other runs
-            log.exception("internal error on %s %s", request.method, request.path)
-            return _jsonrpc_error(500, -32603, f"mockllm failed on this request: {exc!r}")
+        except Exception as exc:
+            return _jsonrpc_error(500, -32603, internal_error(request, exc))
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         run = self.server._run_for(request)

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 from aiohttp import web
 
 from mockllm.wire import DEFAULT
 from mockllm.wire.dialect import Dialect
 
 NO_RETRY = {"x-should-retry": "false"}
+# What a handler lets go on up rather than answer as its own bug: the client left, or aiohttp's own
+# HTTP answers (a 408, a 413) raised as exceptions.
+PASSED_ON = (asyncio.CancelledError, ConnectionResetError, web.HTTPException)
+
+log = logging.getLogger("mockllm")
 
 
 def mock_error(status: int, code: str, message: str, headers: dict[str, str] | None = None,
@@ -19,3 +27,12 @@ def mock_error(status: int, code: str, message: str, headers: dict[str, str] | N
     body = dialect.error_body(message, code, status)
     return web.Response(status=status, body=body, content_type="application/json",
                         headers={**NO_RETRY, **(dialect.error_headers(body) or {}), **(headers or {})})
+
+
+def internal_error(request: web.Request, exc: Exception) -> str:
+    """Log a bug met while answering `request` and say it in words for the client's error: a bug
+    must not take the server down or leak into other runs, so every handler answers it as its own
+    error (`mock_error`, or a JSON-RPC error) after catching all but `PASSED_ON`."""
+    log.exception("internal error on %s %s", request.method, request.path, exc_info=exc)
+    return f"mockllm failed on this request: {exc!r}"
+
