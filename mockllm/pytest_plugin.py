@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 RECORDINGS = "mockllm_recordings"
 REPORT_DIR = "mockllm_report_dir"
-NAME_KEPT = 180  # characters of a node id in a report's file name: file systems allow 255 bytes
+NAME_KEPT = 180  # bytes of a name part (a recording's folder, a report's file): file systems allow 255
 PREFIX = "mockllm-"
 MARKER = ("mockllm(scenario, consume=True): the scenario `mockllm_run` replays (none: the one named after the test, "
           "{file stem}/{test}); consume=False allows calls left over; keywords such as bind=, strict=, ignore_input=, "
@@ -181,13 +181,14 @@ def scenario_for(item: pytest.Item) -> str:
     return f"{_kept(UNSAFE.sub('_', group))}/{_kept(UNSAFE.sub('_', test))}"
 
 
-def _kept(part: str) -> str:
-    """A name part a folder can hold: one over NAME_KEPT bytes (a long parametrized id) is cut, with a
-    digest of the whole to keep it unique (a server refuses longer names: `scenario.load.name_problem`)."""
+def _kept(part: str, whole: str | None = None) -> str:
+    """A name a folder or file can hold: one over NAME_KEPT bytes (a long parametrized id) is cut,
+    with a digest of `whole` (the part itself by default) to keep it unique (a server refuses longer
+    names: `scenario.load.name_problem`; file systems allow 255 bytes)."""
     if len(part.encode()) <= NAME_KEPT:
         return part
     cut = part.encode()[:NAME_KEPT].decode("utf-8", "ignore")
-    return cut + "-" + hashlib.blake2b(part.encode(), digest_size=6).hexdigest()
+    return cut + "-" + hashlib.blake2b((part if whole is None else whole).encode(), digest_size=6).hexdigest()
 
 
 # Folders no test of the project lives in: skipped when looking for test files that share a stem.
@@ -319,12 +320,7 @@ def report_dir(config: pytest.Config) -> Path:
 def report_name(nodeid: str) -> str:
     """A file name for a test's report: its node id with `/`, `\\`, `:` and control characters as `_`
     (a long one cut, with a digest of the whole id to keep it unique)."""
-    name = re.sub(r"[/\\:\x00-\x1f\x7f]", "_", nodeid)
-    if len(name) > NAME_KEPT:
-        import hashlib  # only for a long node id: every pytest start imports this module
-
-        name = name[:NAME_KEPT] + "-" + hashlib.blake2b(nodeid.encode(), digest_size=6).hexdigest()
-    return name + ".html"
+    return _kept(UNSAFE.sub("_", nodeid), nodeid) + ".html"
 
 
 @pytest.hookimpl(wrapper=True)
