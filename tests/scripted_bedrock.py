@@ -11,12 +11,10 @@ quoting it; a first turn that offers tools calls the first one; a message saying
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import threading
 from struct import pack
-from typing import Any, Self
+from typing import Any
 from zlib import crc32
 
 from aiohttp import web
@@ -24,7 +22,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from tests.loopback import start_on_loopback
+from tests.loopback import ThreadedApp
 
 _AUTH = re.compile(r"AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([^/]+)/([^/]+)/aws4_request, "
                    r"SignedHeaders=([^,]+), Signature=([0-9a-f]{64})")
@@ -90,18 +88,18 @@ def stream_events(content: list[dict[str, Any]], stop: str, usage: dict[str, int
     return events
 
 
-class ScriptedBedrock:
+class ScriptedBedrock(ThreadedApp):
     """Serves on 127.0.0.1 in a thread of its own (`with ScriptedBedrock(key, secret) as upstream:`)."""
 
+    thread_name = "scripted-bedrock"
+
     def __init__(self, access_key: str, secret_key: str, region: str = "us-east-1") -> None:
+        super().__init__()
         self.credentials = Credentials(access_key, secret_key)
         self.region = region
         self.received: list[dict[str, Any]] = []
         self.refused: list[str] = []
-        self.url = ""
         self._ids = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
 
     def verify(self, request: web.Request, body: bytes) -> str | None:
         """Why the request's SigV4 signature is not good, or None when it is."""
@@ -151,34 +149,10 @@ class ScriptedBedrock:
         await response.write_eof()
         return response
 
-    def start(self) -> Self:
-        started = threading.Event()
+    def routes(self, app: web.Application) -> None:
+        app.router.add_post("/model/{modelId:.+}/{verb:converse(?:-stream)?}", self._handle)
 
-        async def main() -> None:
-            app = web.Application()
-            app.router.add_post("/model/{modelId:.+}/{verb:converse(?:-stream)?}", self._handle)
-            runner, self.url = await start_on_loopback(app)
-            self._loop = asyncio.get_running_loop()
-            self._stopped = asyncio.Event()
-            started.set()
-            await self._stopped.wait()
-            await runner.cleanup()
-
-        self._thread = threading.Thread(target=asyncio.run, args=(main(),), name="scripted-bedrock", daemon=True)
-        self._thread.start()
-        started.wait(10)
-        return self
-
-    def stop(self) -> None:
-        """Stop serving: the port is closed when this returns."""
-        if self._thread is None or self._loop is None:
-            return
-        self._loop.call_soon_threadsafe(self._stopped.set)
-        self._thread.join(10)
-        self._thread = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    @property
+    def url(self) -> str:
+        """The endpoint URL a boto3 client takes ("" until started)."""
+        return self.root

@@ -17,20 +17,17 @@ It runs on a thread of its own (`with ScriptedEmbeddings() as up:`); `received` 
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import math
 import re
 import struct
-import threading
 import zlib
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from aiohttp import web
 
-from tests.loopback import start_on_loopback
+from tests.loopback import ThreadedApp
 from tests.scripted_upstream import answer_to, chat_read, chat_stream, chat_whole
 
 DIM = 16
@@ -74,13 +71,12 @@ def gemini_values(request: dict[str, Any]) -> dict[str, Any]:
     return {"values": embed(_text_of(request.get("content")), request.get("outputDimensionality") or DIM)}
 
 
-class ScriptedEmbeddings:
+class ScriptedEmbeddings(ThreadedApp):
+    thread_name = "scripted-embeddings"
+
     def __init__(self) -> None:
+        super().__init__()
         self.received: list[dict[str, Any]] = []
-        self.url = ""  # the OpenAI base, `/v1` included
-        self.root = ""  # without it: Gemini's and Ollama's clients add their own paths
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
 
     def requests(self, path_part: str) -> list[dict[str, Any]]:
         """The bodies received at paths holding `path_part`, in order."""
@@ -119,37 +115,13 @@ class ScriptedEmbeddings:
         await response.write_eof()
         return response
 
-    def start(self) -> Self:
-        started = threading.Event()
+    def routes(self, app: web.Application) -> None:
+        for path in ("/v1/embeddings", "/api/embed", "/api/embeddings", "/v1/chat/completions",
+                     "/v1beta/models/{call}", "/v1/models/{call}"):
+            app.router.add_post(path, self._handle)
 
-        async def main() -> None:
-            app = web.Application()
-            for path in ("/v1/embeddings", "/api/embed", "/api/embeddings", "/v1/chat/completions",
-                         "/v1beta/models/{call}", "/v1/models/{call}"):
-                app.router.add_post(path, self._handle)
-            runner, root = await start_on_loopback(app)
-            self.root, self.url = root, root + "/v1"
-            self._loop = asyncio.get_running_loop()
-            self._stopped = asyncio.Event()
-            started.set()
-            await self._stopped.wait()
-            await runner.cleanup()
-
-        self._thread = threading.Thread(target=asyncio.run, args=(main(),), name="scripted-embeddings", daemon=True)
-        self._thread.start()
-        started.wait(10)
-        return self
-
-    def stop(self) -> None:
-        """Stop serving: the port is closed when this returns."""
-        if self._thread is None or self._loop is None:
-            return
-        self._loop.call_soon_threadsafe(self._stopped.set)
-        self._thread.join(10)
-        self._thread = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.stop()
+    @property
+    def url(self) -> str:
+        """The OpenAI base, `/v1` included ("" until started); `root` is without it: Gemini's and
+        Ollama's clients add their own paths."""
+        return self.root + "/v1" if self.root else ""

@@ -19,19 +19,16 @@ a pytester session inside a test, can call it; every request it received is kept
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import re
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from aiohttp import web
 
-from tests.loopback import start_on_loopback
+from tests.loopback import ThreadedApp
 
 CALL = re.compile(r"^CALL (\w+) (\{.*\})\s*$", re.MULTILINE)
 FAIL = re.compile(r"\bFAIL (\d{3})\b")
@@ -228,13 +225,12 @@ def counted_tokens(body: dict[str, Any]) -> int:
 # --- the server -----------------------------------------------------------------------------------
 
 
-class ScriptedUpstream:
+class ScriptedUpstream(ThreadedApp):
+    thread_name = "scripted-upstream"
+
     def __init__(self) -> None:
+        super().__init__()
         self.received: list[dict[str, Any]] = []
-        self.url = ""
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._thread: threading.Thread | None = None
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
@@ -268,39 +264,14 @@ class ScriptedUpstream:
         await response.write_eof()
         return response
 
-    def start(self) -> Self:
-        started = threading.Event()
+    def routes(self, app: web.Application) -> None:
+        for path in ("/v1/chat/completions", "/v1/messages", "/v1/responses", "/v1/messages/count_tokens"):
+            app.router.add_post(path, self._handle)
 
-        async def main() -> None:
-            app = web.Application()
-            for path in ("/v1/chat/completions", "/v1/messages", "/v1/responses", "/v1/messages/count_tokens"):
-                app.router.add_post(path, self._handle)
-            self._runner, root = await start_on_loopback(app)
-            self.url = root + "/v1"
-            self._loop = asyncio.get_running_loop()
-            self._stopped = asyncio.Event()
-            started.set()
-            await self._stopped.wait()
-            await self._runner.cleanup()
-
-        self._thread = threading.Thread(target=asyncio.run, args=(main(),), name="scripted-upstream", daemon=True)
-        self._thread.start()
-        started.wait(10)
-        return self
-
-    def stop(self) -> None:
-        """Stop serving: the port is closed when this returns (a call to it then cannot connect)."""
-        if self._thread is None or self._loop is None:
-            return
-        self._loop.call_soon_threadsafe(self._stopped.set)
-        self._thread.join(10)
-        self._thread = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.stop()
+    @property
+    def url(self) -> str:
+        """The OpenAI-compatible base, `/v1` included ("" until started)."""
+        return self.root + "/v1" if self.root else ""
 
 
 def scripted_upstream() -> Iterator[ScriptedUpstream]:
