@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from mockllm.options import RunSettings
-from mockllm.replay.divergence import Comparison, compare, live_inputs, same_text
+from mockllm.replay.divergence import Comparison, compare, comparison, live_inputs, same_text
 from mockllm.replay.normalize import masked
 from mockllm.scenario.load import Scenario, SessionScript
 from mockllm.script.inputs import Input
@@ -113,9 +113,20 @@ def text_share(a: str, b: str) -> float:
     over the pieces of both; 1.0 for equal texts."""
     if a == b:
         return 1.0
+    return _share(a, b)
+
+
+# Siblings are often recorded with the same first inputs (the same task, handed to each), so binding
+# one session scores the same pair of texts once per unbound sibling: each pair is counted once.
+@functools.lru_cache(maxsize=64)
+def _share(a: str, b: str) -> float:
     pieces_a, pieces_b = _pieces(a), _pieces(b)
     total = sum(pieces_a.values()) + sum(pieces_b.values())
-    return 2 * sum((pieces_a & pieces_b).values()) / total if total else 1.0
+    if len(pieces_a) > len(pieces_b):
+        pieces_a, pieces_b = pieces_b, pieces_a
+    other = pieces_b.get
+    both = sum(min(count, other(piece, 0)) for piece, count in pieces_a.items())
+    return 2 * both / total if total else 1.0
 
 
 # A recording's texts are counted once, whoever is being bound; few are kept (a long system prompt's
@@ -198,12 +209,12 @@ class Bindings:
         # Inputs first: the cheap check, which nearly always settles it (one script's match).
         matched = [i for i in free if self._inputs_match(i, live, settings)]
         scored: dict[int, _Closeness] = {}
+        live_text = _joined(live, settings) if not matched else ""
         for i in matched or free:
             session = sessions[i]
             scored[i] = _Closeness(
                 i in matched,
-                1.0 if i in matched else text_share(_joined(_recorded_inputs(session), settings),
-                                                    _joined(live, settings)),
+                1.0 if i in matched else text_share(_joined(_recorded_inputs(session), settings), live_text),
                 _system_share(session.system, system, settings),
                 tools_share(session.tools, tools))
             if len(matched) == 1:
@@ -231,9 +242,9 @@ class Bindings:
     def _inputs_match(self, script: int, live: list[Input], settings: RunSettings) -> bool:
         session = self.scenario.sessions[script]
         recorded = session.inputs[0] if session.inputs else None
-        how = Comparison(settings.masks, settings.cwd, self.scenario.model_ids(script),
-                         loose_reminders=settings.loose_reminders)
-        return bool(recorded) and recorded is not None and compare(recorded.items, live, how) is None
+        if not recorded:
+            return False
+        return compare(recorded.items, live, comparison(self.scenario, settings, script, recorded.items, live)) is None
 
     def continued(self, reply: tuple[int, int] | None) -> Binding | None:
         """The session a request continuing reply (script, call) belongs to, if it is a step of its chain.

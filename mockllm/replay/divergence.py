@@ -73,6 +73,16 @@ class Comparison(NamedTuple):
     loose_reminders: bool = False
 
 
+def comparison(scenario: Scenario, settings: RunSettings, script: int, recorded: Sequence[Input],
+               live: Sequence[Input]) -> Comparison:
+    """How `settings` compare `recorded` with `live` in script `script`. The recorded model's tool-call
+    ids are read only when a tool result is on either side: nothing else looks at them, and on a
+    scenario's first replay they cost a walk over every chunk of the session's entries."""
+    tools = any(i.role == "tool" for i in recorded) or any(i.role == "tool" for i in live)
+    return Comparison(settings.masks, settings.cwd, scenario.model_ids(script) if tools else frozenset(),
+                      settings.loose_reminders)
+
+
 class Mismatch(NamedTuple):
     """The first input that differs: how a report names it, and the two sides (None: absent)."""
 
@@ -251,8 +261,8 @@ def diverged(scenario: Scenario, settings: RunSettings, script: int, call: int, 
     framework = reminders = False
     if inputs:  # a call recorded with no inputs of its own (a retry) is not compared
         recorded = inputs.items
-        how = Comparison(settings.masks, settings.cwd, scenario.model_ids(script), settings.loose_reminders)
         live = live_inputs(request.tail)
+        how = comparison(scenario, settings, script, recorded, live)
         mismatch = compare(recorded, live, how)
         if mismatch is not None:
             found = describe(mismatch, how) if describe_it else (mismatch.what, "", "", "")
