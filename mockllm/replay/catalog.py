@@ -22,6 +22,7 @@ from mockllm.wire.envelope import Envelope
 from mockllm.wire.render import Reading, read
 from mockllm.wire.reply import Reply
 from mockllm.wire.request import Request
+from mockllm.wire.whole_calls import cut_calls
 
 DEFAULT_MODEL = "mockllm"
 
@@ -55,6 +56,7 @@ class Catalog:
         self._rendered: dict[str, list[list[_Rendered | None]]] = {}
         self._readings: list[list[Reading | None]] = [[None] * len(entries) for entries in self._scripts]
         self._reply_ids: dict[str, dict[str, tuple[int, int]]] = {}  # per dialect, provider ids replayed
+        self._cut: dict[tuple[int, int], tuple[str, ...]] = {}  # (script, call) -> cut_calls
 
     def entry(self, script: int, call: int) -> Entry:
         return self._scripts[script][call]
@@ -107,10 +109,7 @@ class Catalog:
         placeholders = self._placeholders[script][call]
         if placeholders.per_request:
             return _Rendered(envelope, None)
-        # Read once for every dialect: a call first asked for in another one only takes its events.
-        reading = self._readings[script][call]
-        if reading is None:
-            reading = self._readings[script][call] = read(self._scripts[script][call])
+        reading = self._reading(script, call)
         reply = dialect.render(reading, envelope)
         entry = reading.entry
         # In the dialect it was recorded in, what the provider sent, while it still says what the
@@ -121,6 +120,25 @@ class Catalog:
             if sources is not None:
                 reply = recorded.replayed(dialect, wire, sources, reply)
         return _Rendered(envelope, reply)
+
+    def _reading(self, script: int, call: int) -> Reading:
+        """Entry `call` of script `script`, read once for every dialect: a call first asked for in
+        another one only takes its events."""
+        reading = self._readings[script][call]
+        if reading is None:
+            reading = self._readings[script][call] = read(self._scripts[script][call])
+        return reading
+
+    def cut_calls(self, script: int, call: int) -> tuple[str, ...]:
+        """The tool calls of entry `call` of script `script` recorded cut mid-arguments (`whole_calls`),
+        found once per scenario. An entry its reading shows with no tool call has none: walking
+        every chunk of it again on each run's call cost a whole-calls dialect more than its render."""
+        cut = self._cut.get((script, call))
+        if cut is None:
+            reading = self._reading(script, call)
+            tools = reading.tool_deltas or any(block.type == "tool-call" for block in reading.ended.values())
+            cut = self._cut[(script, call)] = cut_calls(reading.entry) if tools else ()
+        return cut
 
     def reply_of(self, dialect: Dialect, reply_id: str) -> tuple[int, int] | None:
         """The (script, call) a reply id this scenario answers with names: one mockllm made up

@@ -50,7 +50,6 @@ from mockllm.scenario.load import Scenario
 from mockllm.script.entries import HangEntry
 from mockllm.wire.dialect import Dialect
 from mockllm.wire.request import Request
-from mockllm.wire.whole_calls import cut_calls
 
 log = logging.getLogger("mockllm")
 
@@ -391,11 +390,10 @@ class Run:
     def _note_cut_calls(self, script: int, call: int, live_id: str) -> None:
         """Note once per run and call a recorded tool call cut mid-arguments, sent with `{}` by a wire
         that carries arguments as an object (`whole_calls`)."""
-        if ("cut_tool_call", script, call) in self._noted:
-            return
-        self._noted.add(("cut_tool_call", script, call))
-        cut = cut_calls(self.scenario.sessions[script].entries[call])
-        if cut:
+        assert self.catalog is not None
+        cut = self.catalog.cut_calls(script, call)
+        if cut and ("cut_tool_call", script, call) not in self._noted:
+            self._noted.add(("cut_tool_call", script, call))
             self.notices.append(Notice(
                 "cut_tool_call", self.scenario.sessions[script].file, live_id, call,
                 f"tool call(s) {', '.join(cut)} recorded cut mid-arguments (not a JSON object; max tokens, most "
