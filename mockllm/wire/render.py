@@ -270,11 +270,12 @@ def render_entry(call: type[CallRender], reading: Reading, envelope: Envelope) -
         if not entry.chunks:
             return Reply(status, (), None, "error", (), body, body_status=status)
         stream = call(envelope, reading)
-        events, sources = stream.frames.events(), tuple(stream.frames.sources)
+        sources = tuple(stream.frames.sources)
         if entry.code == "STREAM_CLOSED":
-            return Reply(200, events, None, "cut", (), body, body_status=status, sources=sources)
-        return Reply(200, events, None, "error", (stream.error_event(entry, status, body),), body,
-                     body_status=status, sources=sources)
+            return Reply(200, stream.frames.events(), None, "cut", (), body, body_status=status, sources=sources)
+        error: tuple[bytes, ...] = (stream.error_event(entry, status, body),)
+        return Reply(200, stream.frames.events(error), None, "error", error, body, body_status=status,
+                     sources=sources)
     reason = reading.finish.reason if reading.finish is not None else None
     if reason is not None and reason.kind == "error" and reason.error_code == "CONTEXT_WINDOW_EXCEEDED":
         return Reply(400, (), None, "done", (), call.context_window_body(reason.error_message), body_status=400)
@@ -285,7 +286,10 @@ def render_entry(call: type[CallRender], reading: Reading, envelope: Envelope) -
     else:
         usage_frame, closing, body = stream.end()
         ending = "done"
-    return Reply(200, stream.frames.events(), usage_frame, ending, closing, body,
+    # Sent as one buffer when the client asks for usage: the usage frame and the closing are joined
+    # behind the frames once, here (Events).
+    after = ((usage_frame,) if usage_frame is not None else ()) + closing if ending == "done" else ()
+    return Reply(200, stream.frames.events(after), usage_frame, ending, closing, body,
                  hold_when_not_streaming=ending == "hold", sources=tuple(stream.frames.sources))
 
 

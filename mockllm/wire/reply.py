@@ -26,15 +26,27 @@ class Events(Sequence[bytes]):
     more than anything else in a first render. Each event ends in the only `end` it holds, which is
     where it is split: an SSE event in its blank line (sse.py), an NDJSON line in its newline
     (ndjson.py); JSON payloads never hold a raw newline.
+
+    `after` (the usage frame and the closing a renderer ends the stream with) may be joined into
+    the same `buffer`, after the events: a burst stream that ends with exactly those is then sent
+    from that one buffer, where joining them to the events on the request path copied the whole
+    stream into fresh memory (its page faults cost more than a first render of a short call).
     """
 
-    __slots__ = ("_split", "end", "joined", "length")
+    __slots__ = ("_split", "after", "buffer", "end", "length", "size")
 
-    def __init__(self, joined: bytes, count: int, end: bytes = SSE_END) -> None:
-        self.joined = joined
+    def __init__(self, buffer: bytes, count: int, end: bytes = SSE_END, after: tuple[bytes, ...] = ()) -> None:
+        self.buffer = buffer  # the events, then `after`
+        self.after = after
+        self.size = len(buffer) - sum(map(len, after))  # the events' bytes
         self.length = count
         self.end = end
         self._split: tuple[bytes, ...] | None = None
+
+    @property
+    def joined(self) -> bytes:
+        """The events' bytes, without `after`."""
+        return self.buffer[: self.size] if self.after else self.buffer
 
     def __len__(self) -> int:
         return self.length
@@ -70,10 +82,18 @@ class Events(Sequence[bytes]):
             assert len(self._split) == self.length, "an event holds its end of its own"
         return self._split
 
-    def first_and_rest(self) -> tuple[bytes, memoryview]:
-        """The first event, and a view of the others (copied once, where they are joined to more)."""
-        cut = self.joined.index(self.end) + len(self.end)
-        return self.joined[:cut], memoryview(self.joined)[cut:]
+    def first_size(self) -> int:
+        """The first event's bytes."""
+        return self.buffer.index(self.end) + len(self.end)
+
+    def first_and_rest(self, after: Sequence[bytes] = ()) -> tuple[bytes, bytes | memoryview]:
+        """The first event, and the others followed by `after`: a view of the buffer when `after` is
+        what it holds after the events, else joined (copied once)."""
+        cut = self.first_size()
+        if tuple(after) == self.after:
+            return self.buffer[:cut], memoryview(self.buffer)[cut:]
+        rest = memoryview(self.buffer)[cut : self.size]
+        return self.buffer[:cut], b"".join([rest, *after]) if after else rest
 
 
 class Frames:
@@ -109,8 +129,11 @@ class Frames:
         self.pieces += pieces
         self.sources += range(self.chunk + 1, self.chunk + 1 + count)
 
-    def events(self) -> Events:
-        return Events(b"".join(self.pieces), len(self.sources), self.end)
+    def events(self, after: Sequence[bytes] = ()) -> Events:
+        """The frames joined, `after` joined behind them (see Events)."""
+        after = tuple(after)
+        return Events(b"".join([*self.pieces, *after]) if after else b"".join(self.pieces), len(self.sources),
+                      self.end, after)
 
 
 class Reply(msgspec.Struct, frozen=True, gc=False):
@@ -171,9 +194,7 @@ class Reply(msgspec.Struct, frozen=True, gc=False):
         if parts is None:
             frames = self.frames
             if isinstance(frames, Events) and frames.length:
-                first, rest = frames.first_and_rest()
-                after = self._after_frames(include_usage)
-                parts = (first, b"".join([rest, *after]) if after else rest)
+                parts = frames.first_and_rest(self._after_frames(include_usage))
             else:
                 events = self._events(include_usage)
                 parts = (events[0] if events else b"", b"".join(events[1:]))

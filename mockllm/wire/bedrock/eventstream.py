@@ -15,6 +15,7 @@ checks both CRCs: record mode needs botocore to sign anyway.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 from itertools import repeat
 from operator import add, itemgetter
@@ -158,9 +159,9 @@ class EventStreamEvents(Events):
             assert len(self._split) == self.length, "each frame is one message"
         return self._split
 
-    def first_and_rest(self) -> tuple[bytes, memoryview]:
-        (total,) = _LENGTH.unpack_from(self.joined, 0)
-        return self.joined[:total], memoryview(self.joined)[total:]
+    def first_size(self) -> int:
+        (total,) = _LENGTH.unpack_from(self.buffer, 0)
+        return int(total)
 
 
 class EventStreamFrames(Frames):
@@ -168,5 +169,6 @@ class EventStreamFrames(Frames):
 
     __slots__ = ()
 
-    def events(self) -> Events:
-        return EventStreamEvents(b"".join(self.pieces), len(self.sources), b"")
+    def events(self, after: Sequence[bytes] = ()) -> Events:
+        after = tuple(after)
+        return EventStreamEvents(b"".join([*self.pieces, *after]), len(self.sources), b"", after)
