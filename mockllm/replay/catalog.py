@@ -129,15 +129,24 @@ class Catalog:
             reading = self._readings[script][call] = read(self._scripts[script][call])
         return reading
 
+    def calls_tools(self, script: int, call: int) -> bool:
+        """Whether entry `call` of script `script` calls a tool, as its reading shows: the entry
+        read once, where finding it out walked every chunk again (a cost on a scenario's first
+        replay, where every call is a first)."""
+        reading = self._reading(script, call)
+        return bool(reading.tool_deltas) or any(block.type == "tool-call" for block in reading.ended.values())
+
+    def tools_called(self, script: int, call: int) -> tuple[str, ...]:
+        """The tools entry `call` of script `script` calls, in block order (`Scenario.tools_called`)."""
+        return self.scenario.tools_called(script, call) if self.calls_tools(script, call) else ()
+
     def cut_calls(self, script: int, call: int) -> tuple[str, ...]:
         """The tool calls of entry `call` of script `script` recorded cut mid-arguments (`whole_calls`),
-        found once per scenario. An entry its reading shows with no tool call has none: walking
-        every chunk of it again on each run's call cost a whole-calls dialect more than its render."""
+        found once per scenario; none in an entry that calls no tool."""
         cut = self._cut.get((script, call))
         if cut is None:
-            reading = self._reading(script, call)
-            tools = reading.tool_deltas or any(block.type == "tool-call" for block in reading.ended.values())
-            cut = self._cut[(script, call)] = cut_calls(reading.entry) if tools else ()
+            cut = self._cut[(script, call)] = (
+                cut_calls(self._scripts[script][call]) if self.calls_tools(script, call) else ())
         return cut
 
     def reply_of(self, dialect: Dialect, reply_id: str) -> tuple[int, int] | None:

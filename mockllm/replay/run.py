@@ -370,8 +370,9 @@ class Run:
         Described in full only when it will be reported (the session's first, or a refusal under
         strict): otherwise expected, got and diff stay empty."""
         describe = script not in self.divergences or self.settings.strict
+        assert self.catalog is not None
         divergence, framework, reminders = diverged(self.scenario, self.settings, script, call, live_id, request,
-                                                    describe)
+                                                    describe, self.catalog.tools_called)
         if framework and ("framework_ids", script, -1) not in self._noted:
             self._noted.add(("framework_ids", script, -1))
             self.notices.append(Notice(
