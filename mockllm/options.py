@@ -150,6 +150,30 @@ def check_patterns(values: Sequence[str]) -> tuple[re.Pattern[str], ...]:
     return tuple(compiled)
 
 
+def check_warm(value: Any) -> str:
+    """`--warm`: a comma list of dialect names (`chat`, `anthropic`, …), `all`, or `none`; an unknown
+    name is a ValueError naming the known ones."""
+    from mockllm.wire import DIALECTS  # on first use, as the other validators' imports
+
+    if not isinstance(value, str):
+        raise ValueError(f"warm must be a comma list of dialects, all or none, not {value!r}")
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    known = [d.name for d in DIALECTS]
+    unknown = [name for name in names if name not in (*known, "all", "none")]
+    if unknown or not names or (len(names) > 1 and ("all" in names or "none" in names)):
+        raise ValueError(f"warm {value!r}: expected a comma list of {', '.join(known)}, or all, or none")
+    return ",".join(names)
+
+
+def warm_names(value: str) -> tuple[str, ...]:
+    """The dialects `--warm` names (checked by `check_warm`)."""
+    from mockllm.wire import DIALECTS
+
+    if value == "all":
+        return tuple(d.name for d in DIALECTS)
+    return () if value == "none" else tuple(value.split(","))
+
+
 def _option(default: Any, help: str, *, flag: str | None = None, metavar: str | None = None,
             choices: Sequence[str] | None = None, repeat: bool = False, kind: Any = None,
             switch: bool = False) -> Any:
@@ -215,6 +239,11 @@ class ServeOptions:
         'record mode of its own ("record_mode") and so reach that upstream; false refuses such a run (403), for a '
         "replay server shared with clients who must never record. With no --upstream nothing reaches the network",
         metavar="true|false", switch=True)
+    warm: str = _option(
+        "chat", "the dialects every recorded call is rendered in at start-up, off the request path (a comma list: "
+        "chat, anthropic, responses, gemini, ollama, bedrock; or all, or none): chat, which nearly every agent "
+        "speaks, by default; a call whose provider answer was recorded is rendered in its own dialect too, unless "
+        "none. Others render each call on its first request", metavar="DIALECTS", kind=check_warm)
     journal_limit: int = _option(1000, "calls kept in each run's journal (older ones are counted, not kept)",
                                  metavar="N", kind=int)
     log_level: str = _option("warning", "what the server logs; info logs one line per model call",
@@ -230,6 +259,7 @@ class ServeOptions:
         check_bind(self.bind)
         check_divergence(self.divergence)
         check_record_mode(self.record_mode)
+        object.__setattr__(self, "warm", check_warm(self.warm))
         for name in ("session_headers", "side_routes", "ignore_input", "upstream", "mcp"):
             object.__setattr__(self, name, items(getattr(self, name)))
         for upstream in self.upstream:

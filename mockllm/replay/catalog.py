@@ -7,16 +7,18 @@ those are rendered per request instead.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import msgspec
 
+from mockllm.options import ServeOptions, warm_names
 from mockllm.scenario.envelopes import WireCall
 from mockllm.scenario.load import Scenario
 from mockllm.script.derive import Timing
 from mockllm.script.entries import FROM_REQUEST, ChunksEntry, Entry
 from mockllm.script.templates import CWD, resolve_entry
-from mockllm.wire import dialect_named, recorded
+from mockllm.wire import DIALECTS, dialect_named, recorded
 from mockllm.wire.dialect import Dialect
 from mockllm.wire.envelope import Envelope
 from mockllm.wire.render import Reading, read
@@ -71,17 +73,23 @@ class Catalog:
         """The script index of side route `route`."""
         return len(self.scenario.sessions) + route
 
-    def warm(self, dialect: Dialect) -> None:
-        """Render every entry for `dialect` now (at start-up, off the request path), and each call
+    def warm(self, dialects: Sequence[Dialect]) -> None:
+        """Render every entry in `dialects` now (at start-up, off the request path), and each call
         whose provider's answer was recorded in the dialect it was recorded in: checking that
         answer against the log costs more than rendering the call, so it is not left to a client."""
         for script, entries in enumerate(self._scripts):
             for call in range(len(entries)):
-                self._cached(dialect, script, call)
+                for dialect in dialects:
+                    self._cached(dialect, script, call)
                 wire = self._wire(script, call)
                 own = dialect_named(wire.dialect) if wire is not None else None
-                if own is not None and own is not dialect:
+                if own is not None and own not in dialects:
                     self._cached(own, script, call)
+
+    @property
+    def rendered_in(self) -> tuple[str, ...]:
+        """The dialects some call has been rendered in so far (at start-up or on a request)."""
+        return tuple(self._rendered)
 
     def reply(self, dialect: Dialect, script: int, call: int, request: Request | None, cwd: str | None) -> Reply:
         """The reply for entry `call` of script `script`; raises TemplateError for an unmatched template."""
@@ -172,3 +180,11 @@ class Catalog:
 def _scan(entry: Entry) -> _Placeholders:
     encoded = msgspec.json.encode(entry).decode()
     return _Placeholders(FROM_REQUEST.search(encoded) is not None, CWD in encoded)
+
+
+def warm(catalog: Catalog, options: ServeOptions) -> None:
+    """Render `catalog`'s calls in the dialects `options.warm` names, before any request asks (none:
+    every call is rendered on its first request, in whatever dialect asks)."""
+    names = warm_names(options.warm)
+    if names:
+        catalog.warm([dialect for dialect in DIALECTS if dialect.name in names])

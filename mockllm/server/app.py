@@ -23,6 +23,7 @@ from mockllm.errors import TOO_DEEP, RecordingError, RequestError
 from mockllm.hosting.bodies import MAX_BODY, read_body
 from mockllm.numbering import call_name
 from mockllm.options import ServeOptions
+from mockllm.replay.catalog import warm
 from mockllm.replay.outcome import Live
 from mockllm.replay.routing import header_session
 from mockllm.replay.run import Run
@@ -52,7 +53,7 @@ class MockServer:
         self.options = options
         self.runs = Runs(suite.scenarios, options)
         for catalog in self.runs.catalogs.values():
-            catalog.warm(DEFAULT)  # the dialect nearly every agent speaks: rendered before the first request
+            warm(catalog, options)  # rendered before the first request
         self.session_headers = options.all_session_headers
         self.max_body = MAX_BODY  # the app's client_max_size too (create_app)
         self.live = LiveCalls(suite, self.runs, options)

@@ -33,6 +33,7 @@ from mockllm.record.forward import OnFailure
 from mockllm.record.recording import RunRecording, TreeRecording, Upstreams
 from mockllm.record.tree import Caller
 from mockllm.record.upstream import Exchange, Upstream
+from mockllm.replay.catalog import warm
 from mockllm.replay.outcome import Live
 from mockllm.replay.report import RecordingReport
 from mockllm.replay.run import Run
@@ -41,7 +42,6 @@ from mockllm.scenario.load import Suite, is_scenario, load_scenario, name_proble
 from mockllm.scenario.side_routes import SideRouteSpec
 from mockllm.server.advice import pytest_command, record_run_command, serve_command, upstream_note
 from mockllm.server.mock_errors import mock_error
-from mockllm.wire import DEFAULT
 from mockllm.wire.dialect import Dialect
 from mockllm.wire.embeddings import EmbeddingsAPI
 from mockllm.wire.request import Request
@@ -203,7 +203,7 @@ class LiveCalls:
             return
         self.suite.broken.pop(name, None)
         self.runs.add_scenario(scenario)
-        self.runs.catalogs[name].warm(DEFAULT)
+        warm(self.runs.catalogs[name], self.options)
 
     async def close(self) -> None:
         """The server stops: recordings of runs never ended are not written."""
