@@ -10,7 +10,6 @@ import pytest
 from mockllm.options import ServeOptions
 from mockllm.replay.catalog import Catalog, warm
 from mockllm.scenario.load import load_scenario
-
 from tests.conftest import new_run
 
 RECORDINGS = Path(__file__).resolve().parents[1] / "recordings"
