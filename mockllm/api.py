@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import http.client
 import json
 import os
 import threading
@@ -196,6 +197,7 @@ class Server:
         self._url: str | None = None
         self.suite: Suite | None = None
         self._connection: AdminConnection | None = None  # kept alive for every admin call
+        self._prepared: dict[str, Any] | None = None  # the body of a run created ahead (`prepare`), not yet taken
 
     @property
     def url(self) -> str:
@@ -269,6 +271,7 @@ class Server:
     def stop(self) -> None:
         """Stop serving: held streams end, the port is free when this returns. Idempotent."""
         thread, loop, stop = self._thread, self._loop, self._stop
+        self._discard_prepared()
         if self._connection is not None:  # first: the server need not wait for an idle connection
             self._connection.close()
             self._connection = None
@@ -293,8 +296,39 @@ class Server:
         """A fresh run of `scenario` (`POST /_mockllm/runs`). `cwd` replaces `{{cwd}}` and anchors
         readyFiles; other `fields` are sent as given (per-run options, DESIGN.md §5).
         An unknown or broken scenario raises AdminError with the server's reason."""
-        body = self.admin("POST", f"{self.url}/_mockllm/runs", _run_body(scenario, cwd, fields))
-        return RunHandle(self, body, scenario)
+        asked = _run_body(scenario, cwd, fields)
+        if self._prepared is not None and self._prepared == asked:  # created ahead: its answer is waiting
+            self._prepared = None
+            try:
+                return RunHandle(self, _admin_result(*self._admin_connection().collect()), scenario)
+            except (OSError, http.client.HTTPException, LookupError):
+                pass  # the answer was lost with the connection: ask again
+        self._discard_prepared()
+        return RunHandle(self, self.admin("POST", f"{self.url}/_mockllm/runs", asked), scenario)
+
+    def prepare(self, scenario: str, *, cwd: PathLike | None = None, **fields: Any) -> None:
+        """Create a run of `scenario` ahead, without waiting for the server's answer: the next
+        `run()` asked for the same run takes it, its answer read by then (the pytest plugin prepares
+        the next test's run as the test before it ends, which spares each test a round trip). A run
+        prepared and not taken is ended by the next `run()` asked for another, or by `stop()`."""
+        self._discard_prepared()
+        body = _run_body(scenario, cwd, fields)
+        self._admin_connection().send("POST", f"{self.url}/_mockllm/runs", json.dumps(body).encode())
+        self._prepared = body
+
+    def _discard_prepared(self) -> None:
+        """End a run prepared and not taken (an error creating it says nothing to anyone: dropped)."""
+        if self._prepared is None or self._connection is None:
+            return
+        self._prepared = None
+        try:
+            status, raw = self._connection.collect()
+            if status == 201:
+                run = json.loads(raw)["run"]
+                self.admin("DELETE", _ending(f"{self.url}/_mockllm/runs/{run}", "prepared for a test that did not "
+                                             "use it"))
+        except (MockllmError, OSError, http.client.HTTPException, LookupError, ValueError, KeyError):
+            pass
 
     def admin(self, method: str, url: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """One admin call: the decoded JSON answer, or AdminError."""

@@ -62,6 +62,8 @@ RECORDED = pytest.StashKey[list[tuple[str, "RecordingReport"]]]()
 # The server process launched while pytest collects (see pytest_sessionstart), until a test asks for it.
 LAUNCHED = pytest.StashKey["Server"]()
 FIXTURES = ("mockllm_run", "mockllm_server")
+# The test pytest runs after each one (None after the last), for its run to be created ahead.
+NEXT = pytest.StashKey["pytest.Item | None"]()
 # Characters a folder name cannot hold (DESIGN.md §6), replaced by `_` in a scenario named after its test.
 UNSAFE = re.compile(r"[/\\:\x00-\x1f\x7f]")
 # The stems two test files share (`scenario_for`), found once per session.
@@ -121,6 +123,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         config.stash[LAUNCHED] = Server(path, process=True, **serve_options(config)).launch()
     except (MockllmError, TypeError, ValueError, OSError):
         return  # the fixture starts it again, and reports what is wrong where a test needs it
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
+    item.stash[NEXT] = nextitem  # for mockllm_run's teardown: it prepares the next test's run
+    return (yield)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -291,6 +299,7 @@ def mockllm_run(request: pytest.FixtureRequest, mockllm_server: Server) -> Itera
     reports = node.stash.get(REPORTS, {})
     passed = "call" in reports and reports["call"].passed
     report = run.end(discard=None if passed else "the test did not pass")
+    _prepare_next(node, mockllm_server)
     if report.recording is not None:
         node.add_report_section("teardown", "mockllm", report.recording.message)
         request.config.stash[RECORDED].append((node.nodeid, report.recording))
@@ -299,6 +308,21 @@ def mockllm_run(request: pytest.FixtureRequest, mockllm_server: Server) -> Itera
         pytest.fail(f"{node.nodeid}: the mockllm run did not go as recorded{where}\n"
                     + report.describe(require_consumed=consume) + "\n" + save_report(request, run) + "\n"
                     + _again(request, "rewrite"), pytrace=False)
+
+
+def _prepare_next(node: pytest.Item, server: Server) -> None:
+    """Create the next test's run now, its answer read when that test asks for it (`Server.prepare`):
+    pytest's work between the two tests hides the round trip. Only a replay (record mode none):
+    a run that records depends on what the tests before it left."""
+    following = node.stash.get(NEXT, None)
+    if following is None or "mockllm_run" not in getattr(following, "fixturenames", ()):
+        return
+    try:
+        scenario, _, settings = _marker(following.get_closest_marker("mockllm"), server, following)
+    except pytest.fail.Exception:
+        return  # its own setup says what is wrong with its marker
+    if settings.get("record_mode", server.options.record_mode) == "none":
+        server.prepare(scenario, **settings)
 
 
 def report_dir(config: pytest.Config) -> Path:
