@@ -279,11 +279,17 @@ def stream_text() -> list[str]:
     return [(" " if i else "") + words[i % len(words)] for i in range(DELTAS)]
 
 
+ASK = make_synthetic.USER_ASKS[0]  # every recorded turn's user message, and every request's
+
+
 def write_stream_scenario(folder: Path) -> None:
     """A primary and 15 spawn children, each of 8 turns of one call answering 64 text deltas.
 
     The children are not started by tool calls of the primary: that keeps every recorded call the
-    same 64-delta answer, so every response can be verified the same way.
+    same 64-delta answer, so every response can be verified the same way. Every turn asks what the
+    benchmark's requests ask (`ASK`), so each request matches its recorded call, as every call of
+    a passing test's replay does: a request that diverges costs a report's description too, which
+    a suite that passes never pays.
     """
     folder.mkdir(parents=True, exist_ok=True)
     parts = stream_text()
@@ -295,7 +301,7 @@ def write_stream_scenario(folder: Path) -> None:
         me = make_synthetic.Session(sid, created, [])
         for turn in range(1, CALLS_PER_SESSION + 1):
             me.emit("turn/start", {"turn": turn}, after=1200)
-            me.emit("user/message", {"content": [{"type": "text", "text": make_synthetic.USER_ASKS[turn % 5]}],
+            me.emit("user/message", {"content": [{"type": "text", "text": ASK}],
                                      "source": {"kind": "user"}, "role": "user"}, after=1)
             me.emit("step/start", {"turn": turn, "step": 1}, after=1)
             if turn == 1:
@@ -325,7 +331,7 @@ def chat_body() -> dict[str, Any]:
         "messages": [
             {"role": "system", "content": "You are a coding agent working in /work/project. Use the tools to "
              "inspect and change files; keep answers short; run the tests before you say you are done. " * 3},
-            {"role": "user", "content": make_synthetic.USER_ASKS[0]},
+            {"role": "user", "content": ASK},
         ],
         "stream": True,
         "stream_options": {"include_usage": True},

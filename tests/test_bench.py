@@ -362,13 +362,17 @@ def test_the_dialect_bench_runs_and_every_dialect_answers(tmp_path: Path) -> Non
         capture_output=True, text=True, timeout=120, check=False,
     )
     assert done.returncode in (0, 1), done.stdout + done.stderr
-    result = json.loads(out.read_text())
-    assert set(result["dialects"]) == {"chat", "messages", "responses", "gemini", "ollama", "bedrock", "embeddings"}
-    assert all(d["answered"] == 200 for d in result["dialects"].values())
-    # The floor (a bare handler writing one pre-encoded answer) answered as often, and every dialect has its ratio.
-    assert result["floor"]["answered"] == 200 and result["floor"]["cpu_us"] > 0
-    assert all(d["floor_ratio"] > 0 for d in result["dialects"].values())
-    assert "server CPU per streamed request" in done.stdout
+    results = json.loads(out.read_text())
+    assert set(results) == {"cold", "warm"}  # serve --warm none, then --warm all
+    for result in results.values():
+        assert set(result["dialects"]) == {"chat", "messages", "responses", "gemini", "ollama", "bedrock",
+                                           "embeddings"}
+        assert all(d["answered"] == 200 for d in result["dialects"].values())
+        # The floor (a bare handler writing one pre-encoded answer) answered as often; every dialect has its ratio.
+        assert result["floor"]["answered"] == 200 and result["floor"]["cpu_us"] > 0
+        assert all(d["floor_ratio"] > 0 for d in result["dialects"].values())
+    assert "first_render_us" in results["cold"]["dialects"]["gemini"]
+    assert "server CPU per streamed request" in done.stdout and "serve --warm none" in done.stdout
 
 
 def test_the_suite_bench_records_and_replays_both_tools_offline(tmp_path: Path) -> None:
