@@ -206,8 +206,10 @@ class Bindings:
         live = live_inputs(request.tail)
         system = system_text(request.messages)
         tools = request.offered_tools
-        # Inputs first: the cheap check, which nearly always settles it (one script's match).
-        matched = [i for i in free if self._inputs_match(i, live, settings)]
+        # Inputs first: the cheap check, which nearly always settles it (one script's match). Siblings
+        # recorded with the same first inputs (the same task, handed to each) are compared once.
+        found: dict[object, bool] = {}
+        matched = [i for i in free if self._inputs_match(i, live, settings, found)]
         scored: dict[int, _Closeness] = {}
         live_text = _joined(live, settings) if not matched else ""
         for i in matched or free:
@@ -239,12 +241,19 @@ class Bindings:
                              + (f"; {len(alike)} other unbound session(s) were as close: bound in recorded order"
                                 if alike else "")))
 
-    def _inputs_match(self, script: int, live: list[Input], settings: RunSettings) -> bool:
+    def _inputs_match(self, script: int, live: list[Input], settings: RunSettings, found: dict[object, bool]) -> bool:
+        """Whether script `script`'s recorded first inputs match `live`; `found` remembers the answer
+        for the recorded bytes (per script where a tool result makes the script's own call ids count)."""
         session = self.scenario.sessions[script]
         recorded = session.inputs[0] if session.inputs else None
         if not recorded:
             return False
-        return compare(recorded.items, live, comparison(self.scenario, settings, script, recorded.items, live)) is None
+        key = (recorded.kinds, recorded.events, script if "tool" in recorded.kinds else None)
+        match = found.get(key)
+        if match is None:
+            items = recorded.items
+            match = found[key] = compare(items, live, comparison(self.scenario, settings, script, items, live)) is None
+        return match
 
     def continued(self, reply: tuple[int, int] | None) -> Binding | None:
         """The session a request continuing reply (script, call) belongs to, if it is a step of its chain.
