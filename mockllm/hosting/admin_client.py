@@ -112,6 +112,7 @@ class AdminConnection:
     def close(self) -> None:
         with self._lock:
             self._drop()
+            self._sent, self._answer = False, None  # an answer owed goes with the connection
 
     def _drop(self) -> None:
         if self._connection is not None:
