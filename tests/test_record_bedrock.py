@@ -152,3 +152,41 @@ async def test_a_refusal_is_recorded_and_replayed_as_the_same_exception(upstream
     upstream.stop()
     with mockllm.Server(out) as server, server.run(out.name) as run:
         assert await asyncio.to_thread(ask, run.root_url) == live
+
+
+def test_new_episodes_replays_the_recorded_call_and_signs_only_the_new_one_for_the_upstream(upstream, tmp_path):
+    with mockllm.Server(tmp_path, upstream=[f"bedrock={upstream.url}"]) as server:
+        with server.run("loop", record_mode="once") as run:  # only the first step: the tool use
+            first = converse_stream(client(run.root_url), user("weather in Paris?"), toolConfig=TOOLS)
+        assert first["tool_calls"][0]["name"] == "get_weather"
+        asked = len(upstream.received)
+        with server.run("loop", record_mode="new_episodes") as run:
+            live = tool_loop(run.root_url)
+            run.assert_consumed()
+        report = run.end()
+        assert live[0] == first, "the recorded step is replayed, not asked again"
+        assert len(upstream.received) == asked + 1, "only the step past the recording goes upstream"
+        assert f"Credential={UPSTREAM_KEY}/" in upstream.received[-1]["headers"]["Authorization"]
+        assert [(w.session, w.call, w.code) for w in report.went_live] == [("session.jsonl", 1, "script_exhausted")]
+        assert report.recording is not None and report.recording.written
+        upstream.stop()
+        with server.run("loop", record_mode="none") as run:
+            assert tool_loop(run.root_url) == live
+            run.assert_consumed()
+    assert_no_secret(tmp_path, upstream)
+
+
+def test_rewrite_asks_the_upstream_for_every_call_and_replaces_the_recording(upstream, tmp_path):
+    with mockllm.Server(tmp_path, upstream=[f"bedrock={upstream.url}"]) as server:
+        with server.run("loop", record_mode="once") as run:
+            converse(client(run.root_url), user("hello"))
+        asked = len(upstream.received)
+        with server.run("loop", record_mode="rewrite") as run:
+            live = tool_loop(run.root_url)
+        assert run.end().recording.written  # type: ignore[union-attr]
+        assert len(upstream.received) == asked + 2, "rewrite replays nothing"
+        upstream.stop()
+        with server.run("loop", record_mode="none") as run:
+            assert tool_loop(run.root_url) == live
+            run.assert_consumed()
+    assert_no_secret(tmp_path, upstream)
