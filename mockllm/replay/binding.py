@@ -221,14 +221,15 @@ class Bindings:
                 tools_share(session.tools, tools))
             if len(matched) == 1:
                 break  # the only one whose inputs match: nothing else can come before it
-        best = max(scored, key=lambda i: (scored[i].key, -i))
+        keys = {i: c.key for i, c in scored.items()}  # each once: twins are many, and each is compared twice
+        best = max(scored, key=lambda i: (keys[i], -i))
         closeness = scored[best]
         if not closeness.inputs_match and not any(c.resembles for c in scored.values()):
             first = free[0]
             return Chosen(first, ("bound_in_order", (
                 f"no unbound recording is alike (first inputs or system prompt at least {ALIKE:.0%} alike): bound "
                 f"to the first unbound one in recorded order, {sessions[first].file}")))
-        alike = [i for i, c in scored.items() if i != best and c.key == closeness.key and c.exact == closeness.exact]
+        alike = [i for i, c in scored.items() if i != best and keys[i] == keys[best] and c.exact == closeness.exact]
         if alike and closeness.exact:
             files = ", ".join(sessions[i].file for i in alike)
             return Chosen(best, ("bound_by_arrival", (
