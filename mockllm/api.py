@@ -21,6 +21,7 @@ import concurrent.futures
 import http.client
 import json
 import os
+import socket
 import threading
 import urllib.parse
 from pathlib import Path
@@ -185,10 +186,15 @@ class Server:
     shares this process's interpreter lock, and `suite` stays None (the child holds it).
     """
 
-    def __init__(self, path: PathLike | None = None, *, process: bool = False, **options: Any) -> None:
+    def __init__(self, path: PathLike | None = None, *, process: bool = False,
+                 listening: socket.socket | None = None, **options: Any) -> None:
         self.path = path
         self.options: ServeOptions = in_process(**options)
         self.process = process
+        # process=True: a socket bound and listening already, handed to the server process (which then
+        # serves on it, not on the options' host and port); closed here once the process has it.
+        self.listening = listening
+        self._attached = False  # a handle on a server another process owns (`attach`)
         self._child: ServerProcess | None = None
         self._launched: ServerProcess | None = None  # launched, not yet waited for
         self._thread: threading.Thread | None = None
@@ -209,7 +215,7 @@ class Server:
     @property
     def scenarios(self) -> list[str]:
         """The names of the valid scenarios served."""
-        if self._child is not None:  # the child holds the suite: ask it
+        if self._child is not None or self._attached:  # the server's process holds the suite: ask it
             listed = self.admin("GET", f"{self.url}/_mockllm/scenarios").get("scenarios", [])
             return sorted(s["name"] for s in listed if isinstance(s, dict) and s.get("valid"))
         return sorted(self.suite.scenarios) if self.suite else []
@@ -223,11 +229,27 @@ class Server:
         if self._launched is None and self._child is None:
             from mockllm.process import ServerProcess
 
-            self._launched = ServerProcess(Path(self.path) if self.path is not None else None, self.options)
+            self._launched = ServerProcess(Path(self.path) if self.path is not None else None, self.options,
+                                           self.listening)
+            self.listening = None  # the process has it now
             self._launched.launch()
         return self
 
+    @classmethod
+    def attach(cls, url: str, **options: Any) -> Server:
+        """A handle on a running server another process started and owns (the pytest plugin's xdist
+        workers share their controller's): runs and admin calls as on a server of one's own; `stop()`
+        lets it go and leaves it running. `options` are those it was started with (what the caller's
+        own checks read, such as `record_mode`)."""
+        server = cls(None, **options)
+        server._url = url.rstrip("/")
+        server._connection = AdminConnection(server._url, ADMIN_TIMEOUT)
+        server._attached = True
+        return server
+
     def start(self) -> Self:
+        if self._attached:
+            raise MockllmError("this Server is attached to a server another process runs: it is started already")
         if self._thread is not None or self._child is not None:
             raise MockllmError("this Server is already started")
         if self.process:
@@ -279,6 +301,7 @@ class Server:
             if child is not None:
                 child.stop()
         self._child = self._launched = self._url = None
+        self._attached = False
         if thread is None:
             return
         if loop is not None and stop is not None and not loop.is_closed():

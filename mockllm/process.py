@@ -8,7 +8,9 @@ answers; the test pays only for its HTTP calls, as it would against any real pro
 
 The protocol between the two is private and small:
 - the parent starts `python -m mockllm.process` with the folder and the `ServeOptions` pickled on
-  its stdin (both sides are this package: nothing else writes that pipe);
+  its stdin (both sides are this package: nothing else writes that pipe), and, when it chose the
+  address itself, the file descriptor of a socket it bound and listens on, inherited by the child
+  (the pytest plugin under xdist: the workers get the address before the server has started);
 - the child loads, listens, and prints one JSON line: `{"url": …}`, or `{"error": …, "kind": …}`
   when it cannot start (the parent raises it as the thread would have);
 - the child serves until its stdin closes: the parent closing it, or the parent dying for any
@@ -23,6 +25,7 @@ import json
 import logging
 import os
 import pickle
+import socket
 import subprocess
 import sys
 import threading
@@ -41,9 +44,10 @@ ERRORS: dict[str, type[Exception]] = {"NotAScenarioError": NotAScenarioError, "T
 class ServerProcess:
     """The parent's side: start the child, learn its URL, stop it."""
 
-    def __init__(self, path: Path | None, options: ServeOptions) -> None:
+    def __init__(self, path: Path | None, options: ServeOptions, sock: socket.socket | None = None) -> None:
         self.path = path.resolve() if path is not None else None
         self.options = options
+        self.sock = sock  # a listening socket handed to the child (closed here once it has its own)
         self._proc: subprocess.Popen[bytes] | None = None
         self._logs: threading.Thread | None = None
 
@@ -55,15 +59,21 @@ class ServerProcess:
 
     def launch(self) -> None:
         """Start the child without waiting for it: it loads and binds while the caller goes on."""
+        fd = self.sock.fileno() if self.sock is not None else None
         proc = subprocess.Popen([sys.executable, "-m", "mockllm.process"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_child_env())
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_child_env(),
+                                pass_fds=(fd,) if fd is not None else ())
+        if self.sock is not None:
+            # The child has its own copy: were it to die, the port must refuse, not queue connections.
+            self.sock.close()
+            self.sock = None
         self._proc = proc
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         self._logs = threading.Thread(target=_relay_logs, args=(proc.stderr,), name="mockllm-server-logs",
                                       daemon=True)
         self._logs.start()
         try:
-            proc.stdin.write(pickle.dumps((self.path, self.options)))
+            proc.stdin.write(pickle.dumps((self.path, self.options, fd)))
             proc.stdin.flush()
         except BaseException:
             self.stop()
@@ -155,7 +165,7 @@ def _say(out: IO[str], **fields: Any) -> None:
     out.flush()
 
 
-async def _serve(path: Path | None, options: ServeOptions, out: IO[str]) -> None:
+async def _serve(path: Path | None, options: ServeOptions, out: IO[str], sock: socket.socket | None) -> None:
     import asyncio
 
     from mockllm.server.running import settle_memory
@@ -163,7 +173,7 @@ async def _serve(path: Path | None, options: ServeOptions, out: IO[str]) -> None
 
     try:
         suite = load_to_serve(path, options)
-        server = await start(suite, options)
+        server = await start(suite, options, sock)
     except (MockllmError, TypeError, ValueError) as exc:
         _say(out, error=str(exc), kind=type(exc).__name__)
         return
@@ -182,7 +192,8 @@ async def _serve(path: Path | None, options: ServeOptions, out: IO[str]) -> None
 
 
 def main() -> int:
-    path, options = pickle.load(sys.stdin.buffer)
+    path, options, fd = pickle.load(sys.stdin.buffer)
+    sock = socket.socket(fileno=fd) if fd is not None else None  # listening already: the parent chose the address
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_JsonLines())
     logging.basicConfig(level=options.log_level.upper(), handlers=[handler])
@@ -190,7 +201,7 @@ def main() -> int:
     sys.stdout = sys.stderr  # nothing else may write the parent's ready line's pipe
     from mockllm.hosting.listen import run_main
 
-    run_main(_serve(path, options, out))
+    run_main(_serve(path, options, out, sock))
     return 0
 
 

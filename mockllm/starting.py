@@ -8,6 +8,7 @@ aiohttp) are made on first use: importing `mockllm` costs a test process none of
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,10 +40,10 @@ def load_to_serve(path: PathLike | None, options: ServeOptions) -> Suite:
     return suite
 
 
-async def start(suite: Suite, options: ServeOptions) -> RunningServer:
+async def start(suite: Suite, options: ServeOptions, sock: socket.socket | None = None) -> RunningServer:
     from mockllm.server.running import start_server
 
     try:
-        return await start_server(suite, options)
+        return await start_server(suite, options, sock=sock)
     except OSError as exc:
         raise ServerStartError(f"cannot listen on {options.host}:{options.port}: {exc.strerror or exc}") from exc

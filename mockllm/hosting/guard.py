@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import resource
+import socket
 from typing import Any
 
 from aiohttp import web
@@ -91,7 +92,12 @@ class GuardedHandler(RequestHandler):
 
 
 class GuardedSite(web.TCPSite):
-    """A TCPSite whose connections are `GuardedHandler`s (aiohttp offers no handler class to set)."""
+    """A TCPSite whose connections are `GuardedHandler`s (aiohttp offers no handler class to set);
+    on `sock` when one is given (bound and listening already), else on its host and port."""
+
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, *, sock: socket.socket | None = None) -> None:
+        super().__init__(runner, host, port)
+        self._sock = sock
 
     async def start(self) -> None:
         await web.BaseSite.start(self)
@@ -101,7 +107,12 @@ class GuardedSite(web.TCPSite):
         def handler() -> GuardedHandler:
             return GuardedHandler(server, loop=server._loop, **server._kwargs)
 
-        self._server = await asyncio.get_running_loop().create_server(
-            handler, self._host, self._port, ssl=self._ssl_context, backlog=self._backlog,
-            reuse_address=self._reuse_address, reuse_port=self._reuse_port)
+        loop = asyncio.get_running_loop()
+        if self._sock is not None:
+            self._server = await loop.create_server(handler, sock=self._sock, ssl=self._ssl_context,
+                                                    backlog=self._backlog)
+        else:
+            self._server = await loop.create_server(
+                handler, self._host, self._port, ssl=self._ssl_context, backlog=self._backlog,
+                reuse_address=self._reuse_address, reuse_port=self._reuse_port)
         self._bound_port = self._server.sockets[0].getsockname()[1] if self._server.sockets else self._port

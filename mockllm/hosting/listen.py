@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import socket
 from collections.abc import Callable, Coroutine, Iterable
 from types import TracebackType
 from typing import Any, Self
@@ -60,9 +61,12 @@ class RunningServer:
         await self.close()
 
 
-async def listen(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+async def listen(app: web.Application, host: str, port: int,
+                 sock: socket.socket | None = None) -> tuple[web.AppRunner, int]:
     """Serve `app` on the running loop: its runner, and the port it is bound to (`port` 0 picks a
-    free one). An address that cannot be bound raises CannotListen, with nothing left set up."""
+    free one). An address that cannot be bound raises CannotListen, with nothing left set up.
+    `sock`: a socket bound and listening already (handed over by whoever chose the address), served
+    instead of binding `host` and `port`."""
     # handler_cancellation: a client that leaves cancels its handler, which is what frees a hang
     # (and what tells the recorder that the agent cancelled a call). auto_decompress off: a compressed
     # body is inflated by `bodies.read_body`, which stops at the body limit. Idle connections are
@@ -72,7 +76,7 @@ async def listen(app: web.Application, host: str, port: int) -> tuple[web.AppRun
                            auto_decompress=False, keepalive_timeout=guard.IDLE_TIMEOUT)
     try:
         await runner.setup()
-        site = GuardedSite(runner, host, port)
+        site = GuardedSite(runner, host, port, sock=sock)
         try:
             await site.start()
         except OSError as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import importlib.resources
 import logging
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,13 +28,15 @@ from mockllm.server.app import SERVER_KEY, create_app
 GC_THRESHOLDS = (50_000, 50, 100)
 
 
-async def start_server(suite: Suite, options: ServeOptions | None = None, **changes: Any) -> RunningServer:
+async def start_server(suite: Suite, options: ServeOptions | None = None, *, sock: socket.socket | None = None,
+                       **changes: Any) -> RunningServer:
     """Start serving `suite` on the running loop with `options` (ServeOptions field names as
     keyword `changes` override them; in-process callers usually pass `port=0`: a free port).
-    An address that cannot be bound raises CannotListen (an OSError)."""
+    An address that cannot be bound raises CannotListen (an OSError). `sock`: a listening socket
+    to serve on instead of binding the options' host and port (`listen`)."""
     options = (options or ServeOptions()).replace(**changes)
     app = create_app(suite, options)
-    runner, port = await listen(app, options.host, options.port)
+    runner, port = await listen(app, options.host, options.port, sock)
     running = RunningServer(runner, options.host, port)
     app[SERVER_KEY].runs.origin = running.base_url  # the address its refusals' advice names
     return running
