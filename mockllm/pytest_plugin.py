@@ -28,6 +28,7 @@ Glue only, over the Python API (`mockllm.api`):
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import os
@@ -44,6 +45,7 @@ from mockllm.options import RUN_FIELDS, argument_specs
 if TYPE_CHECKING:
     from mockllm.api import RunHandle, Server
     from mockllm.replay.report import RecordingReport
+    from mockllm.shared_server import SharedServer  # noqa: F401  (named in a StashKey's type)
 
 RECORDINGS = "mockllm_recordings"
 REPORT_DIR = "mockllm_report_dir"
@@ -64,6 +66,9 @@ LAUNCHED = pytest.StashKey["Server"]()
 FIXTURES = ("mockllm_run", "mockllm_server")
 # The test pytest runs after each one (None after the last), for its run to be created ahead.
 NEXT = pytest.StashKey["pytest.Item | None"]()
+# Under xdist, the controller's server, shared by every worker (mockllm.shared_server).
+SHARED = pytest.StashKey["SharedServer"]()
+URL_KEY = "mockllm_url"  # its address, in each worker's `workerinput`
 # Characters a folder name cannot hold (DESIGN.md §6), replaced by `_` in a scenario named after its test.
 UNSAFE = re.compile(r"[/\\:\x00-\x1f\x7f]")
 # The stems two test files share (`scenario_for`), found once per session.
@@ -110,19 +115,39 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     Python start, its imports, loading the recordings) while pytest collects, instead of while the
     first test waits. Stopped again after collection if no collected test uses it."""
     config = session.config
-    if (server_mode(config) != "process" or config.option.collectonly
-            or config.pluginmanager.has_plugin("dsession")):  # xdist's controller runs no test
-        return
+    if server_mode(config) != "process" or config.option.collectonly or _shared_url(config):
+        return  # a worker of xdist's: the controller's server is its own
     path = recordings_path(config)
     if not path.is_dir():
         return
     from mockllm.api import Server
     from mockllm.errors import MockllmError
 
+    if config.pluginmanager.has_plugin("dsession"):  # xdist's controller: one server for every worker
+        from mockllm.shared_server import SharedServer
+
+        # If it cannot even be launched, each worker starts its own, and says what is wrong where a test needs it.
+        with contextlib.suppress(MockllmError, TypeError, ValueError, OSError):
+            config.stash[SHARED] = SharedServer(path, serve_options(config))
+        return
     try:
         config.stash[LAUNCHED] = Server(path, process=True, **serve_options(config)).launch()
     except (MockllmError, TypeError, ValueError, OSError):
         return  # the fixture starts it again, and reports what is wrong where a test needs it
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist's controller, before a worker starts: the shared server's address goes with it."""
+    shared = node.config.stash.get(SHARED, None)
+    if shared is not None:
+        node.workerinput[URL_KEY] = shared.url
+
+
+def _shared_url(config: pytest.Config) -> str | None:
+    """In an xdist worker, the address of the server its controller shares with every worker."""
+    url = getattr(config, "workerinput", {}).get(URL_KEY)
+    return url if isinstance(url, str) else None
 
 
 @pytest.hookimpl(wrapper=True)
@@ -138,6 +163,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     _stop_launched(session.config)
+    shared = session.config.stash.get(SHARED, None)
+    if shared is not None:  # the controller, once every worker is done
+        shared.stop()
 
 
 def _stop_launched(config: pytest.Config) -> None:
@@ -159,6 +187,10 @@ def _ci_refusal(mode: str) -> str:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    shared = config.stash.get(SHARED, None)
+    if shared is not None and shared.failure is not None:
+        terminalreporter.section("mockllm")
+        terminalreporter.line(f"the server shared by xdist's workers did not start: {shared.failure}")
     recorded = config.stash.get(RECORDED, [])
     if recorded:
         terminalreporter.section("mockllm recordings")
@@ -268,6 +300,20 @@ def mockllm_server(pytestconfig: pytest.Config) -> Iterator[Server]:
     launched = pytestconfig.stash.get(LAUNCHED, None)
     if launched is not None:
         del pytestconfig.stash[LAUNCHED]
+    shared = _shared_url(pytestconfig)
+    if shared is not None:  # an xdist worker: a failure here fails each test (pytest.exit in a worker breaks xdist)
+        from mockllm.shared_server import attach
+
+        refused: str | None = None
+        try:
+            server = attach(shared, path, serve_options(pytestconfig))
+        except MockllmError as exc:
+            refused = str(exc)
+        if refused is not None:  # failed outside the except clause: its traceback says nothing more
+            pytest.fail(f"mockllm: {refused}", pytrace=False)
+        yield server
+        server.stop()
+        return
     try:
         server = (launched or Server(path, process=server_mode(pytestconfig) == "process",
                                      **serve_options(pytestconfig))).start()
