@@ -59,7 +59,7 @@ def test_same_stem_in_two_folders_records_and_replays_apart(project: pytest.Pyte
 
 
 def test_the_name_of_a_test_whose_stem_is_shared(project: pytest.Pytester) -> None:
-    from mockllm.pytest_plugin import scenario_for
+    from mockllm.plugin_names import scenario_for
 
     items, _ = project.inline_genitems("-p", "no:xdist")
     assert sorted(scenario_for(i) for i in items) == ["a.test_agent/test_x", "b.test_agent/test_x",
@@ -67,7 +67,7 @@ def test_the_name_of_a_test_whose_stem_is_shared(project: pytest.Pytester) -> No
 
 
 def test_files_found_for_the_rule_are_under_the_test_paths_only(tmp_path: Path) -> None:
-    from mockllm.pytest_plugin import shared_stems
+    from mockllm.plugin_names import shared_stems
 
     for folder in ("a", "b", ".venv/lib", "node_modules/x"):
         (tmp_path / folder).mkdir(parents=True)
@@ -78,7 +78,7 @@ def test_files_found_for_the_rule_are_under_the_test_paths_only(tmp_path: Path) 
 
 
 def test_a_long_test_id_is_cut_to_a_folder_name_that_stays_unique() -> None:
-    from mockllm.pytest_plugin import scenario_for
+    from mockllm.plugin_names import scenario_for
     from mockllm.scenario.load import name_problem
 
     class Item:

@@ -230,7 +230,7 @@ def test_recording_in_ci_is_refused_unless_asked_for(project: pytest.Pytester, m
     ("test_a.py::test_x[new\nline]", "test_a/test_x[new_line]"),
 ], ids=["function", "class-and-param", "separators", "control"])
 def test_a_scenario_is_named_after_its_test(nodeid: str, scenario: str) -> None:
-    from mockllm.pytest_plugin import scenario_for
+    from mockllm.plugin_names import scenario_for
 
     class Item:
         path = Path(nodeid.partition("::")[0])

@@ -7,7 +7,7 @@ import openai  # noqa: F401  (imported once here: pytester drops what each inner
 import pytest
 
 import mockllm.api  # noqa: F401  (likewise: aiohttp and the server)
-from mockllm.pytest_plugin import report_name
+from mockllm.plugin_names import report_name
 from tests.test_plugin import PRELUDE, RECORDINGS, make_ini
 
 pytest_plugins = ["pytester"]
