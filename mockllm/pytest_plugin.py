@@ -33,7 +33,7 @@ import os
 import shlex
 from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
@@ -236,29 +236,32 @@ def mockllm_server(pytestconfig: pytest.Config) -> Iterator[Server]:
     if launched is not None:
         del pytestconfig.stash[LAUNCHED]
     shared = _shared_url(pytestconfig)
-    if shared is not None:  # an xdist worker: a failure here fails each test (pytest.exit in a worker breaks xdist)
-        from mockllm.shared_server import attach
-
-        refused: str | None = None
-        try:
-            server = attach(shared, path, serve_options(pytestconfig))
-        except MockllmError as exc:
-            refused = str(exc)
-        if refused is not None:  # failed outside the except clause: its traceback says nothing more
-            pytest.fail(f"mockllm: {refused}", pytrace=False)
-        yield server
-        server.stop()
-        return
+    refused: str | None = None
     try:
-        server = (launched or Server(path, process=server_mode(pytestconfig) == "process",
-                                     **serve_options(pytestconfig))).start()
+        if shared is not None:  # an xdist worker: its controller's server
+            from mockllm.shared_server import attach
+
+            server = attach(shared, path, serve_options(pytestconfig))
+        else:
+            server = (launched or Server(path, process=server_mode(pytestconfig) == "process",
+                                         **serve_options(pytestconfig))).start()
     except (MockllmError, TypeError, ValueError) as exc:
-        # A server that cannot start fails every test that needs it the same way: stop at once.
-        pytest.exit(f"mockllm: the server for {path} did not start: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
+        refused = str(exc) if shared is not None else f"the server for {path} did not start: {exc}"
+    if refused is not None:  # outside the except clause: the exception's traceback says nothing more
+        _cannot_serve(pytestconfig, f"mockllm: {refused}")
     try:
         yield server
     finally:
         server.stop()
+
+
+def _cannot_serve(config: pytest.Config, message: str) -> NoReturn:
+    """A server that cannot start fails every test that needs it the same way: the session stops at
+    once, except in an xdist worker, where pytest.exit breaks xdist (an INTERNALERROR): there each
+    test fails with the message instead."""
+    if hasattr(config, "workerinput"):
+        pytest.fail(message, pytrace=False)
+    pytest.exit(message, returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 @pytest.fixture

@@ -73,3 +73,14 @@ def test_a_shared_server_that_cannot_start_fails_the_tests_and_the_summary_says_
     assert "the server shared by xdist's workers did not start" in out, out
     assert "neither a scenario nor a suite of scenarios" in out, out
     assert "shared by xdist's workers at http://127.0.0.1:" in out, out
+
+
+def test_a_worker_server_that_cannot_start_fails_each_test_without_breaking_xdist(pytester, monkeypatch):
+    empty = pytester.mkdir("empty-recordings")
+    project(pytester, "mockllm_server_mode = thread", recordings=empty)
+    monkeypatch.setenv("SEEN", str(pytester.path / "seen.jsonl"))
+    result = pytester.runpytest_subprocess("-n", "2")
+    out = result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in out, out
+    result.assert_outcomes(errors=8)
+    assert "did not start" in out and "neither a scenario nor a suite of scenarios" in out, out
