@@ -12,11 +12,12 @@ deltas, a block's stop (`new_block`, `delta_frame`, `run_frames`, `close_block`)
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Mapping
 from typing import Generic, Protocol, TypeVar
 
 import msgspec
 
-from mockllm.dsh.chunks import Block, BlockEnd, BlockStart, ReasoningDelta, TextDelta, ToolCallDelta
+from mockllm.dsh.chunks import Block, BlockEnd, BlockStart, FinishReason, ReasoningDelta, TextDelta, ToolCallDelta
 from mockllm.wire.render import CallRender, Run
 
 # The kinds of recorded block these wires carry; any other (a block type they have no place for)
@@ -24,6 +25,21 @@ from mockllm.wire.render import CallRender, Run
 KINDS = ("text", "reasoning", "tool-call")
 
 _encode = msgspec.json.encode
+
+# How both wires name a recorded finish (Bedrock took Anthropic's names); each dialect names the
+# error codes that were, on its wire, a normal stop.
+STOP_REASONS = {"stop": "end_turn", "tool-calls": "tool_use", "max-tokens": "max_tokens"}
+
+
+def finish_stop_reason(reason: FinishReason, error_stops: Mapping[str, str]) -> str:
+    """A recorded finish as a block wire's stop reason: its name for the finish kind, `error_stops`'
+    for an error code (the code lowercased when it names none), else the kind with `_` for `-`."""
+    if reason.kind in STOP_REASONS:
+        return STOP_REASONS[reason.kind]
+    if reason.kind == "error":
+        code = reason.error_code or "error"
+        return error_stops.get(code, code.lower())
+    return reason.kind.replace("-", "_")
 
 
 class WireBlock(Protocol):

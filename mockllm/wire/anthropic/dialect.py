@@ -53,7 +53,7 @@ from mockllm.script.entries import ThrowEntry
 from mockllm.wire.anthropic import stream as anthropic_stream
 from mockllm.wire.anthropic.request import decode_request
 from mockllm.wire.anthropic.stream import AnthropicStreamDecoder
-from mockllm.wire.blocks import BlockByBlock
+from mockllm.wire.blocks import BlockByBlock, finish_stop_reason
 from mockllm.wire.dialect import WalkedDialect
 from mockllm.wire.render import Ended
 from mockllm.wire.request import Request
@@ -113,21 +113,12 @@ def output_usage(usage: TokenUsage | None) -> dict[str, Any]:
     return out
 
 
-_STOP_REASONS = {"stop": "end_turn", "tool-calls": "tool_use", "max-tokens": "max_tokens"}
 # Error codes the adapter records for answers that were, on the wire, a normal stop.
 _ERROR_STOPS = {"EMPTY_RESPONSE": "end_turn", "CONTENT_FILTER": "refusal"}
 
 
 def stop_reason(finish: FinishChunk | None) -> str | None:
-    if finish is None:
-        return None
-    reason = finish.reason
-    if reason.kind in _STOP_REASONS:
-        return _STOP_REASONS[reason.kind]
-    if reason.kind == "error":
-        code = reason.error_code or "error"
-        return _ERROR_STOPS.get(code, code.lower())
-    return reason.kind.replace("-", "_")
+    return None if finish is None else finish_stop_reason(finish.reason, _ERROR_STOPS)
 
 
 def context_window_message(message: str | None) -> str:

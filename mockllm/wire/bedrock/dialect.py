@@ -65,7 +65,7 @@ from mockllm.wire.bedrock.eventstream import (
 )
 from mockllm.wire.bedrock.request import decode_request, decode_routed
 from mockllm.wire.bedrock.stream import BedrockStreamDecoder, EventStreamReader
-from mockllm.wire.blocks import BlockByBlock
+from mockllm.wire.blocks import BlockByBlock, finish_stop_reason
 from mockllm.wire.dialect import Dialect, FrameReader, SSEEvent, StreamDecoder
 from mockllm.wire.envelope import Envelope
 from mockllm.wire.render import Ended, Reading
@@ -115,20 +115,11 @@ def usage_object(usage: TokenUsage | None) -> dict[str, int]:
     return out
 
 
-_STOP_REASONS = {"stop": "end_turn", "tool-calls": "tool_use", "max-tokens": "max_tokens"}
 _ERROR_STOPS = {"EMPTY_RESPONSE": "end_turn", "CONTENT_FILTER": "content_filtered"}
 
 
 def stop_reason(finish: FinishChunk | None) -> str:
-    if finish is None:
-        return "end_turn"
-    reason = finish.reason
-    if reason.kind in _STOP_REASONS:
-        return _STOP_REASONS[reason.kind]
-    if reason.kind == "error":
-        code = reason.error_code or "error"
-        return _ERROR_STOPS.get(code, code.lower())
-    return reason.kind.replace("-", "_")
+    return "end_turn" if finish is None else finish_stop_reason(finish.reason, _ERROR_STOPS)
 
 
 def context_window_message(message: str | None) -> str:
