@@ -21,7 +21,7 @@ from mockllm.replay.runs import Runs, TooManyRuns
 from mockllm.scenario.load import Suite
 from mockllm.scenario.summary import summarize
 from mockllm.server.live import LiveCalls
-from mockllm.server.mock_errors import mock_error
+from mockllm.server.mock_errors import mock_error, too_large
 from mockllm.wire import DEFAULT
 from mockllm.wire.dialect import Dialect
 
@@ -68,7 +68,7 @@ class Admin:
     async def create_run(self, request: web.Request) -> web.Response:
         raw = await read_body(request, self.max_body)
         if raw is None:
-            return mock_error(413, "request_too_large", f"request body over {self.max_body} bytes")
+            return too_large(self.max_body)
         try:
             body = msgspec.json.decode(raw)
         except msgspec.DecodeError:

@@ -35,7 +35,7 @@ from mockllm.server.events import Hub
 from mockllm.server.inspector import Inspector
 from mockllm.server.live import LiveCalls
 from mockllm.server.mcp import McpRoutes
-from mockllm.server.mock_errors import PASSED_ON, internal_error, mock_error
+from mockllm.server.mock_errors import PASSED_ON, internal_error, mock_error, too_large
 from mockllm.server.streaming import OutcomeWriter, Pacer
 from mockllm.wire import DEFAULT, DIALECTS
 from mockllm.wire.dialect import Dialect, InfoRoute
@@ -108,7 +108,7 @@ class MockServer:
             return run
         body = await read_body(request, self.max_body)
         if body is None:
-            return mock_error(413, "request_too_large", f"request body over {self.max_body} bytes", dialect=dialect)
+            return too_large(self.max_body, dialect)
         early = self.live.send_early(request, run, dialect, body)
         try:
             call = dialect.decode_routed(body, request.match_info)
@@ -172,7 +172,7 @@ class MockServer:
             return run
         body = await read_body(request, self.max_body)
         if body is None:
-            return mock_error(413, "request_too_large", f"request body over {self.max_body} bytes", dialect=ANTHROPIC)
+            return too_large(self.max_body, ANTHROPIC)
         try:
             decoded = msgspec.json.decode(body or b"")
         except msgspec.DecodeError:

@@ -23,7 +23,7 @@ from mockllm.replay.run import Run
 from mockllm.scenario.embeddings import input_text, short
 from mockllm.server.events import Hub
 from mockllm.server.live import LiveCalls
-from mockllm.server.mock_errors import PASSED_ON, internal_error, mock_error
+from mockllm.server.mock_errors import PASSED_ON, internal_error, mock_error, too_large
 from mockllm.wire.dialect import Dialect
 from mockllm.wire.embeddings import EmbeddingsAPI
 
@@ -58,7 +58,7 @@ class EmbeddingsRoutes:
             return run
         body = await read_body(request, self.max_body)
         if body is None:
-            return mock_error(413, "request_too_large", f"request body over {self.max_body} bytes", dialect=dialect)
+            return too_large(self.max_body, dialect)
         # In the run's journal beside its model calls (the inspector lists them in a lane of their own).
         record = run.journal.record(api.name, "embeddings", False, request.raw_headers, body)
         record.script, record.kind = EMBEDDINGS_FILE, "embedding"

@@ -29,6 +29,11 @@ def mock_error(status: int, code: str, message: str, headers: dict[str, str] | N
                         headers={**NO_RETRY, **(dialect.error_headers(body) or {}), **(headers or {})})
 
 
+def too_large(limit: int, dialect: Dialect = DEFAULT) -> web.Response:
+    """The 413 for a request body over `limit` bytes (`bodies.read_body` gave None), in `dialect`'s shape."""
+    return mock_error(413, "request_too_large", f"request body over {limit} bytes", dialect=dialect)
+
+
 def internal_error(request: web.Request, exc: Exception) -> str:
     """Log a bug met while answering `request` and say it in words for the client's error: a bug
     must not take the server down or leak into other runs, so every handler answers it as its own
