@@ -141,6 +141,26 @@ def test_default_folder(mockllm_server, mockllm_run):
     pytester.runpytest(f"--mockllm-recordings={RECORDINGS / 'text-turn'}").assert_outcomes(passed=1)
 
 
+def test_collection_leaves_out_the_recorded_scenarios_folders_and_nothing_else(pytester: pytest.Pytester) -> None:
+    # A scenario folder holds logs, never tests: pytest does not walk it (each was a directory node,
+    # 0.3 ms of collection per recording). A folder that is not a recording, even under recordings/,
+    # and a recording-like folder elsewhere are still pytest's.
+    never = "def test_never():\n    raise AssertionError('collected from a recorded scenario')\n"
+    shutil.copytree(RECORDINGS / "text-turn", pytester.path / "recordings" / "suite" / "text-turn")
+    (pytester.path / "recordings" / "suite" / "text-turn" / "test_inside.py").write_text(never)
+    (pytester.path / "recordings" / "helpers").mkdir()
+    (pytester.path / "recordings" / "helpers" / "test_helpers.py").write_text("def test_helper():\n    pass\n")
+    shutil.copytree(RECORDINGS / "text-turn", pytester.path / "data" / "like-a-recording")
+    (pytester.path / "data" / "like-a-recording" / "test_data.py").write_text("def test_data():\n    pass\n")
+    make_ini(pytester)
+    result = pytester.runpytest("--collect-only", "-q")
+    result.stdout.fnmatch_lines(["*test_data.py::test_data", "*test_helpers.py::test_helper", "2 tests collected*"])
+    result.stdout.no_fnmatch_line("*test_never*")
+    # With the recordings elsewhere, that folder is an ordinary one: walked.
+    pytester.runpytest("--collect-only", "-q", "--mockllm-recordings=elsewhere").stdout.fnmatch_lines(
+        ["*test_inside.py::test_never", "3 tests collected*"])
+
+
 def test_serve_options_come_from_flags_and_ini(project: pytest.Pytester) -> None:
     project.makepyfile('''
 def test_options(mockllm_server):
