@@ -66,7 +66,7 @@ FIXTURES = ("mockllm_run", "mockllm_server")
 NEXT = pytest.StashKey["pytest.Item | None"]()
 # Under xdist, the controller's server, shared by every worker (mockllm.shared_server).
 SHARED = pytest.StashKey["SharedServer"]()
-# The recordings folder, resolved once: collection asks about every path it meets.
+# The recordings folder, made absolute once: collection asks about every path it meets.
 RECORDINGS_ROOT = pytest.StashKey[Path]()
 URL_KEY = "mockllm_url"  # its address, in each worker's `workerinput`
 
@@ -168,6 +168,7 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 
 def _recorded_here(folder: Path) -> bool:
+    """Whether `folder` holds a file every recording has (cheap: a few stats, no scenario loaded)."""
     from mockllm.dsh.names import EMBEDDINGS_FILE, MANIFEST_FILE, PRIMARY_FILE, SIDECAR_FILE
 
     return any((folder / name).is_file() for name in (PRIMARY_FILE, MANIFEST_FILE, SIDECAR_FILE, EMBEDDINGS_FILE))
