@@ -252,11 +252,11 @@ class Checked(NamedTuple):
 
 
 def diverged(scenario: Scenario, settings: RunSettings, script: int, call: int, live_id: str, request: Request,
-             describe_it: bool, tools_called: Callable[[int, int], tuple[str, ...]] | None = None) -> Checked:
+             describe_it: bool, tools_called: Callable[[int, int], tuple[str, ...]]) -> Checked:
     """How a request differs from what was recorded before call `call` of `script` (see `Checked`).
     `describe_it` False leaves expected, got and diff empty (only a report's first per session
-    needs them). `tools_called` names the tools an entry calls (the run's catalog knows it cheaply;
-    the scenario walks the entry)."""
+    needs them). `tools_called` names the tools an entry calls (the run's catalog, which knows it
+    from the entry's reading)."""
     session = scenario.sessions[script]
     inputs = session.inputs[call] if call < len(session.inputs) else None
     framework = reminders = False
@@ -271,7 +271,7 @@ def diverged(scenario: Scenario, settings: RunSettings, script: int, call: int, 
         framework = framework_results(recorded, how) > 0
         reminders = reminders_differ(recorded, live, how)
     offered = request.offered_tools  # a request that sends no `tools` is not checked: nothing to look up
-    called = (tools_called or scenario.tools_called)(script, call) if offered is not None else ()
+    called = tools_called(script, call) if offered is not None else ()
     if called:
         missing = tool_not_offered(called, offered)
         if missing is not None and offered is not None:
