@@ -1,8 +1,7 @@
 """The fast paths produce exactly what the slow paths do.
 
 Loading decodes a log's body in one call and falls back to line-by-line decoding only to name a
-broken line; serving writes a reply's pre-joined stream in two writes (its first event, then the
-rest) instead of one per event.
+broken line; serving writes a reply's pre-joined stream in one write instead of one per event.
 Both shortcuts must be invisible: same events, same bytes.
 """
 

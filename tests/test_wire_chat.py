@@ -85,19 +85,18 @@ def test_small_text_call_golden_bytes():
 
 
 @pytest.mark.parametrize("include_usage", [True, False])
-def test_stream_parts_split_the_stream_after_its_first_event(include_usage: bool) -> None:
+def test_stream_bytes_are_every_event_in_order_and_built_once(include_usage: bool) -> None:
     reply = render(SMALL)
-    first, rest = reply.stream_parts(include_usage)
-    assert first == reply.frames[0]
-    assert first + rest == reply.stream_bytes(include_usage)
-    assert reply.stream_parts(include_usage) is reply.stream_parts(include_usage)  # built once
+    after = [reply.usage_frame] if include_usage else []
+    assert reply.stream_bytes(include_usage) == b"".join([*reply.frames, *after, DONE])
+    assert reply.stream_bytes(include_usage) is reply.stream_bytes(include_usage)  # built once
 
 
-def test_stream_parts_of_short_streams() -> None:
+def test_stream_bytes_of_short_streams() -> None:
     finish_only = render(chunks(fin("stop")))
-    assert finish_only.stream_parts(False) == (finish_only.frames[0], DONE)
+    assert finish_only.stream_bytes(False) == finish_only.frames[0] + DONE
     empty = Reply(status=200, frames=(), usage_frame=None, ending="cut", closing=(), body=b"")
-    assert empty.stream_parts(True) == (b"", b"")
+    assert empty.stream_bytes(True) == b""
 
 
 def test_usage_chunk_only_when_asked():

@@ -21,7 +21,7 @@ SSE_END = b"\n\n"  # how an SSE event ends (an NDJSON line ends in b"\n")
 class Events(Sequence[bytes]):
     """A stream's events held as one joined bytes, as a renderer makes them.
 
-    A burst stream is sent joined (`Reply.stream_parts`), so its events are split apart only when
+    A burst stream is sent joined (`Reply.stream_bytes`), so its events are split apart only when
     something asks for them one by one (pacing, a test); making one bytes object per event cost
     more than anything else in a first render. Each event ends in the only `end` it holds, which is
     where it is split: an SSE event in its blank line (sse.py), an NDJSON line in its newline
@@ -82,18 +82,12 @@ class Events(Sequence[bytes]):
             assert len(self._split) == self.length, "an event holds its end of its own"
         return self._split
 
-    def first_size(self) -> int:
-        """The first event's bytes."""
-        return self.buffer.index(self.end) + len(self.end)
-
-    def first_and_rest(self, after: Sequence[bytes] = ()) -> tuple[bytes, bytes | memoryview]:
-        """The first event, and the others followed by `after`: a view of the buffer when `after` is
-        what it holds after the events, else joined (copied once)."""
-        cut = self.first_size()
+    def whole(self, after: Sequence[bytes] = ()) -> bytes:
+        """The events followed by `after`: the buffer itself when `after` is what it holds after the
+        events, else joined (copied once)."""
         if tuple(after) == self.after:
-            return self.buffer[:cut], memoryview(self.buffer)[cut:]
-        rest = memoryview(self.buffer)[cut : self.size]
-        return self.buffer[:cut], b"".join([rest, *after]) if after else rest
+            return self.buffer
+        return b"".join([self.joined, *after])
 
 
 class Frames:
@@ -160,10 +154,10 @@ class Reply(msgspec.Struct, frozen=True, gc=False):
     # would have been streamed first (a whole answer cannot carry a mid-stream error).
     body_status: int = 200
     sources: tuple[int, ...] = ()  # per frame, the entry chunk it came from (Frames); () when nothing streams
-    # The stream split after its first event, per include_usage, built on first use.
-    _parts: dict[bool, tuple[bytes, bytes | memoryview]] = msgspec.field(default_factory=dict)
+    # The whole stream, per include_usage, built on first use.
+    _streams: dict[bool, bytes] = msgspec.field(default_factory=dict)
 
-    # Equal and hashed by what it answers, as the frozen dataclass it was: the `_parts` cache aside,
+    # Equal and hashed by what it answers, as the frozen dataclass it was: the `_streams` cache aside,
     # and `frames` as the events they are, joined (Events) or not.
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Reply):
@@ -178,28 +172,17 @@ class Reply(msgspec.Struct, frozen=True, gc=False):
                 self.hold_when_not_streaming, self.body_status, self.sources)
 
     def stream_bytes(self, include_usage: bool) -> bytes:
-        """The whole stream up to its ending: every frame, the usage frame if asked for, the closing."""
-        frames = self.frames
-        joined = frames.joined if isinstance(frames, Events) else b"".join(frames)
-        return b"".join([joined, *self._after_frames(include_usage)])
+        """The whole stream up to its ending: every frame, the usage frame if asked for, the closing.
 
-    def stream_parts(self, include_usage: bool) -> tuple[bytes, bytes | memoryview]:
-        """`stream_bytes` split after its first event: (first event, the rest), for two writes.
-
-        Where nothing follows the frames (no usage frame asked for, no closing: OpenAI Responses,
-        Gemini), the rest is a view of the joined frames, not a copy: the copy doubled what a
-        reply holds, and on the request path a first render's fresh memory (page faults) cost
-        more than rendering it."""
-        parts = self._parts.get(include_usage)
-        if parts is None:
-            frames = self.frames
-            if isinstance(frames, Events) and frames.length:
-                parts = frames.first_and_rest(self._after_frames(include_usage))
-            else:
-                events = self._events(include_usage)
-                parts = (events[0] if events else b"", b"".join(events[1:]))
-            self._parts[include_usage] = parts
-        return parts
+        Built once per `include_usage`. Where the renderer joined exactly those after its frames
+        (Events), it is that buffer, not a copy: the copy doubled what a reply holds, and on the
+        request path a first render's fresh memory (page faults) cost more than rendering it."""
+        stream = self._streams.get(include_usage)
+        if stream is None:
+            frames, after = self.frames, self._after_frames(include_usage)
+            stream = frames.whole(after) if isinstance(frames, Events) else b"".join([*frames, *after])
+            self._streams[include_usage] = stream
+        return stream
 
     def paced_events(self, include_usage: bool) -> tuple[list[bytes], list[int]]:
         """The stream's events, as `stream_bytes` sends them, and each one's source (see Frames)."""
