@@ -21,6 +21,7 @@ from aiohttp import web
 
 from mockllm.errors import TOO_DEEP, RecordingError, RequestError
 from mockllm.hosting.bodies import MAX_BODY, read_body
+from mockllm.hosting.under_root import RoutesUnder
 from mockllm.numbering import call_name
 from mockllm.options import ServeOptions
 from mockllm.replay.catalog import warm
@@ -282,17 +283,32 @@ def _not_allowed(allowed: str, dialect: Dialect = DEFAULT) -> Handler:
     return not_allowed
 
 
-def _add_routes(app: web.Application, path: str, handlers: dict[str, Handler], dialect: Dialect = DEFAULT) -> None:
-    """Serve `path` with `handlers` by method; any other method gets a 405.
+class _Routes:
+    """Where create_app's routes go: those under a parameterized base root (`/runs/{run}`,
+    `/scenarios/{name}`) into that root's one resource (`RoutesUnder`: a dict lookup, where
+    aiohttp tries every route under a root in turn), the others straight into aiohttp's router.
 
     Routes, not a middleware: a middleware would wrap every model call in two more coroutines.
     """
-    if "GET" in handlers:
-        handlers = {**handlers, "HEAD": handlers["GET"]}  # as aiohttp's add_get does
-    resource = app.router.add_resource(path)
-    for method, handler in handlers.items():
-        resource.add_route(method, handler)
-    resource.add_route("*", _not_allowed(",".join(sorted(handlers)), dialect))
+
+    def __init__(self, app: web.Application) -> None:
+        self.app = app
+        self.under = [RoutesUnder(root) for root in ROOTS if "{" in root]
+        for resource in self.under:
+            app.router.register_resource(resource)
+
+    def add(self, app: web.Application, path: str, handlers: dict[str, Handler], dialect: Dialect = DEFAULT) -> None:
+        """Serve `path` with `handlers` by method; any other method gets a 405."""
+        if "GET" in handlers:
+            handlers = {**handlers, "HEAD": handlers["GET"]}  # as aiohttp's add_get does
+        handlers = {**handlers, "*": _not_allowed(",".join(sorted(handlers)), dialect)}
+        for resource in self.under:
+            if path.startswith(resource.canonical + "/"):
+                resource.add(path.removeprefix(resource.canonical), handlers)
+                return
+        aiohttp_resource = app.router.add_resource(path)
+        for method, handler in handlers.items():
+            aiohttp_resource.add_route(method, handler)
 
 
 SERVER_KEY: web.AppKey[MockServer] = web.AppKey("mockllm", MockServer)
@@ -305,25 +321,26 @@ def create_app(suite: Suite, options: ServeOptions | None = None) -> web.Applica
     app[SERVER_KEY] = server
     app.on_shutdown.append(server.release_held)
     app.on_cleanup.append(server.close_live)
+    routes = _Routes(app)
     for root in ROOTS:
         for api in EMBEDDINGS_APIS:  # before the dialects': Gemini's `{model}:{verb}` would take its routes
             for route in api.routes:
-                _add_routes(app, root + route, {"POST": server.embeddings.handler(api)}, api.dialect)
+                routes.add(app, root + route, {"POST": server.embeddings.handler(api)}, api.dialect)
         for dialect in DIALECTS:
             for route in dialect.routes:
-                _add_routes(app, root + route, {"POST": server.model_route(dialect)}, dialect)
+                routes.add(app, root + route, {"POST": server.model_route(dialect)}, dialect)
             for info in dialect.info_routes:
-                _add_routes(app, root + info.path, {info.method: server.info_route(dialect, info)}, dialect)
+                routes.add(app, root + info.path, {info.method: server.info_route(dialect, info)}, dialect)
         base = root + "/v1"
-        _add_routes(app, base + COUNT_TOKENS, {"POST": server.count_tokens}, ANTHROPIC)
-        _add_routes(app, base + "/models", {"GET": server.models})
+        routes.add(app, base + COUNT_TOKENS, {"POST": server.count_tokens}, ANTHROPIC)
+        routes.add(app, base + "/models", {"GET": server.models})
     admin = server.admin
-    _add_routes(app, "/_mockllm/health", {"GET": admin.health})
-    _add_routes(app, "/_mockllm/scenarios", {"GET": admin.scenarios})
-    _add_routes(app, "/_mockllm/runs", {"POST": admin.create_run, "GET": server.inspector.list_runs})
-    _add_routes(app, "/_mockllm/runs/{run}", {"GET": admin.get_run, "DELETE": admin.end_run})
+    routes.add(app, "/_mockllm/health", {"GET": admin.health})
+    routes.add(app, "/_mockllm/scenarios", {"GET": admin.scenarios})
+    routes.add(app, "/_mockllm/runs", {"POST": admin.create_run, "GET": server.inspector.list_runs})
+    routes.add(app, "/_mockllm/runs/{run}", {"GET": admin.get_run, "DELETE": admin.end_run})
     for path, handlers in server.inspector.routes().items():
-        _add_routes(app, path, handlers)
-    McpRoutes(server).install(app, ROOTS, _add_routes)  # `…/mcp/{server}` under every base root
+        routes.add(app, path, handlers)
+    McpRoutes(server).install(app, ROOTS, routes.add)  # `…/mcp/{server}` under every base root
     app.router.add_route("*", "/{tail:.*}", _unknown_path)
     return app
