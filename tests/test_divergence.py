@@ -207,6 +207,22 @@ async def test_ignore_input_masks_volatile_spans_and_cwd_matches_the_runs(serve,
     assert (await run_state(server.base_url, masked_run))["divergences"] == []
 
 
+async def test_a_request_that_sends_the_recorded_cwd_placeholder_itself_diverges_under_a_cwd(serve, tmp_path):
+    """Sent verbatim, inputs agree without a comparison, except where the run's cwd replaces
+    `{{cwd}}` in the recorded text: the recorded text is then another than the one sent."""
+    folder = tmp_path / "placeholder"
+    write_log(folder, "session.jsonl", header("p"), Log().turn("Work in {{cwd}}/src.", text_call("done")).rows)
+    server = await serve(folder)
+    verbatim = [{"role": "user", "content": "Work in {{cwd}}/src."}]
+    run, base = await new_run(server.base_url, "placeholder", strict=True)
+    await ask(base, "p", verbatim)  # no cwd: the recorded text is what was sent
+    assert (await run_state(server.base_url, run))["divergences"] == []
+    run, base = await new_run(server.base_url, "placeholder", cwd="/home/dev/repo")
+    await ask(base, "p", verbatim)
+    [divergence] = (await run_state(server.base_url, run))["divergences"]
+    assert (divergence["expected"], divergence["got"]) == ("Work in /home/dev/repo/src.", "Work in {{cwd}}/src.")
+
+
 # -- binding by content -------------------------------------------------------------------------------
 
 async def _children_in_reverse(server: Any, **run_fields: Any) -> tuple[str, dict[str, str]]:
