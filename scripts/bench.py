@@ -9,31 +9,35 @@
 Exit status: 0 every target passed, 1 some target failed, 2 the benchmark itself broke.
 Everything runs on 127.0.0.1; every process it starts is stopped before it exits.
 
-Processes. Each server runs in its own process, on uvloop: mockllm as `python -m mockllm.cli.main serve
-DIR --port 0` (the shipped command: it loads with load_suite, serves with start_server and picks
-uvloop), and the baseline as scripts/bench_baseline.py (a bare aiohttp handler writing mockllm's
-pre-rendered SSE frames for the same call: one write per event for streaming, mockllm's own two
-writes for scale). The load client (scripts/bench_client.py) is a third process, started afresh
-for each phase; the same client drives the baseline and mockllm. It has two HTTP clients: aiohttp's
-own, and a minimal HTTP/1.1 keep-alive client on raw asyncio protocols, cheaper per request than
-the server. Streaming runs with each (`--stream-clients`), a table each: with aiohttp's client the
-client is the busier process in mockllm's burst and adds its own time to every TTFB; the raw one
-leaves the server the bottleneck. Scale runs with the raw client only, for that reason. The client
-reads the server's CPU time (utime+stime from /proc/PID/stat) and RSS (/proc/PID/status) before
-and after its timed part, and its own CPU time (getrusage). Load measurements run in a fresh
-interpreter each (scripts/bench_load.py). See those files for how each number is taken.
+Processes. Each server runs in its own process, on uvloop: mockllm as `python -m mockllm.cli.main
+serve DIR --port 0` (the shipped command: it loads with load_suite, serves with start_server and
+picks uvloop), and the baseline as scripts/bench_baseline.py (a bare aiohttp handler writing
+mockllm's pre-rendered SSE frames for the same call: one write per event for streaming; the whole
+answer in one write, as mockllm writes it, for scale and as streaming's second baseline, the floor).
+The load client (scripts/bench_client.py) is a third process, started afresh for each phase; the
+same client drives the baseline and mockllm. It has two HTTP clients: aiohttp's own, and a minimal
+HTTP/1.1 keep-alive client on raw asyncio protocols, cheaper per request than the server. Streaming
+runs with each (`--stream-clients`), a table each: with aiohttp's client the client is the busier
+process in mockllm's burst and adds its own time to every TTFB; the raw one leaves the server the
+bottleneck. Scale runs with the raw client only, for that reason. The client reads the server's CPU
+time (utime+stime from /proc/PID/stat) and RSS (/proc/PID/status) before and after its timed part,
+and its own CPU time (getrusage). Load measurements run in a fresh interpreter each
+(scripts/bench_load.py). See those files for how each number is taken.
 
 1. Streaming, per load client: the served call is 64 text deltas (+ usage, [DONE]); the request
    carries a ~1 KB chat body with stream_options.include_usage. Per round: TTFB over sequential
    requests (time to the first body byte; one client alternates its requests between baseline and
    mockllm, so the host's drift in speed hits both alike), then, baseline then mockllm, a burst of
-   N requests over 32 connections (requests/s, server CPU per request). Each number is the median
-   over rounds. mockllm requests go to runs made ahead of time, each request with its own live
-   session (see bench_client.py); every response is verified.
+   N requests over 32 connections (requests/s, server CPU per request), then the same burst at the
+   floor (issue 28: a bare aiohttp handler writing the whole pre-encoded answer in one write, the
+   least any aiohttp server does per streamed request): mockllm's server CPU per request within
+   FLOOR_TARGET of the floor's. Each number is the median over rounds. mockllm requests go to runs
+   made ahead of time, each request with its own live session (see bench_client.py); every
+   response is verified.
 2. Loading: scripts/make_synthetic.py writes suites of the asked sizes (logical events); each is
    measured with load_suite against a decode-only floor (msgspec decode_lines of every log line),
    best time of `--load-repeats` fresh processes each, median peak RSS.
-3. Scale: a fresh mockllm server and a baseline writing the same bytes in the same two writes
+3. Scale: a fresh mockllm server and a baseline writing the same bytes in the same one write
    (so only mockllm's routing and replay state differ). For each concurrency level and server,
    100 new runs, one untimed request per connection (connections open), then requests spread
    round-robin over the runs for a fixed time or until the runs' requests are all sent, whichever
@@ -85,6 +89,9 @@ STREAM_SCENARIO = "stream"
 SESSIONS = 16  # recorded sessions in the stream scenario: a primary and 15 spawn children
 CALLS_PER_SESSION = 8
 DELTAS = 64
+# Issue 28: mockllm's server CPU per streamed request at most this many times the floor's (a bare
+# aiohttp handler writing the whole pre-encoded answer in one write: bench_baseline.py --writes one).
+FLOOR_TARGET = 2.0
 CLIENT = "raw asyncio HTTP/1.1"
 CLIENTS = {"raw": CLIENT, "aiohttp": "aiohttp's client"}  # bench_client.py's two HTTP clients
 
@@ -386,22 +393,24 @@ class Bench:
     def streaming(self) -> None:
         cfg = self.config
         baseline, mock = self.start_baseline("per-event"), self.start_mockllm("mockllm-stream")
+        floor = self.start_baseline("one")  # the second baseline (issue 28): CPU only, in the burst
         servers = {"baseline": baseline, "mockllm": mock}
         self.results["streaming"] = {}
         try:
             for client in cfg.stream_clients:
-                rounds: dict[str, list[dict[str, Any]]] = {"baseline": [], "mockllm": []}
+                rounds: dict[str, list[dict[str, Any]]] = {"baseline": [], "mockllm": [], "floor": []}
                 for _ in range(cfg.rounds):
                     ttfb = self.client_paired(servers, {"kind": "ttfb", "requests": cfg.ttfb_requests}, client)
+                    burst_phase = {"kind": "burst", "requests": cfg.burst_requests, "concurrency": cfg.concurrency}
                     for target, server in servers.items():
-                        burst = self.client(target, server, {"kind": "burst", "requests": cfg.burst_requests,
-                                                             "concurrency": cfg.concurrency}, client)
+                        burst = self.client(target, server, burst_phase, client)
                         rounds[target].append({"ttfb": ttfb[target], "burst": burst})
+                    rounds["floor"].append({"burst": self.client("baseline", floor, burst_phase, client)})
                 self.results["streaming"][client] = rounds
                 self.streaming_table(CLIENTS[client], rounds)
         finally:
-            self.procs.stop(baseline.proc)
-            self.procs.stop(mock.proc)
+            for server in (baseline, mock, floor):
+                self.procs.stop(server.proc)
 
     def streaming_table(self, client: str, rounds: dict[str, list[dict[str, Any]]]) -> None:
         cfg = self.config
@@ -426,6 +435,9 @@ class Bench:
         table.add("TTFB p99 (ms)", b99, m99, m99 / b99, "info")
         bcpu, mcpu = med("baseline", "burst", "server_cpu_us_per_req"), med("mockllm", "burst", "server_cpu_us_per_req")
         table.add("server CPU/request (us)", bcpu, mcpu, mcpu / bcpu, "<= 0.5x", passed=mcpu / bcpu <= 0.5)
+        fcpu = med("floor", "burst", "server_cpu_us_per_req")
+        table.add("server CPU/request vs the floor (us)", fcpu, mcpu, mcpu / fcpu, f"<= {FLOOR_TARGET}x",
+                  passed=mcpu / fcpu <= FLOOR_TARGET)
         table.add("server CPU busy in burst", f"{med('baseline', 'burst', 'server_cpu_util'):.0%}",
                   f"{med('mockllm', 'burst', 'server_cpu_util'):.0%}", "", "info")
         table.add("client CPU busy in burst", f"{med('baseline', 'burst', 'client_cpu_util'):.0%}",
@@ -433,18 +445,22 @@ class Bench:
         bcl, mcl = med("baseline", "burst", "client_cpu_us_per_req"), med("mockllm", "burst", "client_cpu_us_per_req")
         table.add("client CPU/request (us)", bcl, mcl, "", "info")
         b_bad, m_bad = bad("baseline"), bad("mockllm")
+        f_bad = sum(r["burst"]["bad"] for r in rounds["floor"])
         unconsumed = sum(r[p]["unconsumed_runs"] for r in rounds["mockllm"] for p in ("ttfb", "burst"))
         table.add("responses verified", f"{sent - b_bad}/{sent}", f"{sent - m_bad}/{sent}", "",
                   f"all, runs drained ({unconsumed} not)", passed=b_bad == 0 and m_bad == 0 and unconsumed == 0)
+        floor_sent = cfg.rounds * cfg.burst_requests
+        table.add("floor responses verified", f"{floor_sent - f_bad}/{floor_sent}", "", "", "all",
+                  passed=f_bad == 0)
         self.tables.append(table)
-        self.errors("streaming", [e for t in rounds for r in rounds[t] for p in ("ttfb", "burst")
+        self.errors("streaming", [e for t in rounds for r in rounds[t] for p in ("ttfb", "burst") if p in r
                                   for e in r[p]["errors"]])
 
     # -- 3. scale -------------------------------------------------------------------------------
 
     def scale(self) -> None:
         cfg = self.config
-        baseline, mock = self.start_baseline("two"), self.start_mockllm("mockllm-scale")
+        baseline, mock = self.start_baseline("one"), self.start_mockllm("mockllm-scale")
         try:
             res = self.client_paired({"baseline": baseline, "mockllm": mock}, {
                 "kind": "scale", "levels": cfg.levels, "runs": cfg.scale_runs, "seconds": cfg.scale_seconds,
@@ -465,7 +481,7 @@ class Bench:
         data = Table(f"3. Scale: concurrent streams over {cfg.scale_runs} fresh runs per level, server and pass, "
                      f"{cfg.scale_seconds:g} s or {cap:,} requests each; {len(passes)} pass(es); medians over passes, "
                      "ratios as median (range) of per-pass ratios; 'vs best lower': requests/s over the best lower "
-                     "level's in the same pass; baseline: bare aiohttp writing the same bytes in the same two writes "
+                     "level's in the same pass; baseline: bare aiohttp writing the same bytes in the same one write "
                      f"(server RSS before: {start_mb:.1f} MiB; load client: {CLIENT})",
                      ["streams", "requests", "failures", "requests/s", "vs best lower", "baseline req/s",
                       "vs best lower", "mockllm/baseline", "latency p50/p99 (ms)", "server CPU/req (us)",

@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
 """The benchmark's baseline server: a bare aiohttp handler on uvloop writing pre-encoded SSE bytes.
 
-    python3 scripts/bench_baseline.py SCENARIO_DIR [--writes per-event|two|one] [--host 127.0.0.1] [--port 0]
+    python3 scripts/bench_baseline.py SCENARIO_DIR [--writes per-event|one] [--host 127.0.0.1] [--port 0]
 
 It prints `baseline listening on http://HOST:PORT` once ready and serves until SIGTERM/SIGINT.
 At start-up it takes the SSE frames mockllm renders for the scenario's first call (the same bytes
 mockllm sends: every chunk frame, the usage frame, `data: [DONE]`); every POST to
 `/runs/{run}/v1/chat/completions` then reads the request body and writes those frames:
 - `per-event` (the streaming baseline): one write per event, chunked, as a plain SSE server does;
-- `two` (the scale baseline): exactly as mockllm writes an unpaced stream, the first event, then
-  the rest in one write, with a Content-Length; only mockllm's routing and replay state are missing.
-- `one` (the floor, issue 28): the whole answer pre-encoded in one body, one write, to a POST on
-  any path (every dialect's route): the least any aiohttp handler can do per streamed request.
+- `one` (the floor, issue 28, and the scale baseline): the whole answer pre-encoded in one body,
+  one write with a Content-Length, as mockllm writes an unpaced stream, to a POST on any path
+  (every dialect's route): the least any aiohttp handler can do per streamed request; beside
+  mockllm, only its routing and replay state are missing.
 No routing, no parsing, no state: the floor any SSE server on aiohttp pays. It runs with mockllm's
 runner and memory settings (settle_memory), so only the handlers differ.
 """
@@ -42,24 +42,12 @@ def frames_for(scenario_dir: Path) -> list[bytes]:
 
 
 async def serve(frames: list[bytes], writes: str, host: str, port: int) -> None:
-    first, rest = frames[0], b"".join(frames[1:])
-
     async def per_event(request: web.Request) -> web.StreamResponse:
         await request.read()
         response = web.StreamResponse(headers=SSE_HEADERS)
         await response.prepare(request)
         for frame in frames:
             await response.write(frame)
-        await response.write_eof()
-        return response
-
-    async def two(request: web.Request) -> web.StreamResponse:
-        await request.read()
-        response = web.StreamResponse(headers=SSE_HEADERS)
-        response.content_length = len(first) + len(rest)
-        await response.prepare(request)
-        await response.write(first)
-        await response.write(rest)
         await response.write_eof()
         return response
 
@@ -73,7 +61,7 @@ async def serve(frames: list[bytes], writes: str, host: str, port: int) -> None:
     if writes == "one":
         app.router.add_post("/{path:.*}", one)
     else:
-        app.router.add_post("/runs/{run}/v1/chat/completions", two if writes == "two" else per_event)
+        app.router.add_post("/runs/{run}/v1/chat/completions", per_event)
     # Started and stopped as mockllm's start_server and serve are, so only the handlers differ.
     runner, bound = await listen(app, host, port)
     await serve_until_signalled(RunningServer(runner, host, bound), [f"baseline listening on http://{host}:{bound}"])
@@ -82,7 +70,7 @@ async def serve(frames: list[bytes], writes: str, host: str, port: int) -> None:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("scenario", type=Path)
-    parser.add_argument("--writes", choices=["per-event", "two", "one"], default="per-event")
+    parser.add_argument("--writes", choices=["per-event", "one"], default="per-event")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args(argv)

@@ -42,7 +42,8 @@ def test_quick_benchmark_runs_and_prints_every_table(tmp_path: Path) -> None:
     for title in ("== 1. Streaming", "== 2. Loading:", "== 2. Loading targets ==", "== 3. Scale:",
                   "== 3. Scale targets ==", "== 4. Pacing:"):
         assert title in text, text
-    for metric in ("burst requests/s", "TTFB p50 (ms)", "server CPU/request (us)", "load time / decode-only time",
+    for metric in ("burst requests/s", "TTFB p50 (ms)", "server CPU/request (us)",
+                   "server CPU/request vs the floor (us)", "load time / decode-only time",
                    "load peak RSS / bytes on disk", "linear: load time per event", "server RSS bounded"):
         assert metric in text, text
     assert text.count("PASS") + text.count("FAIL") >= 12, text
@@ -53,8 +54,9 @@ def test_quick_benchmark_runs_and_prints_every_table(tmp_path: Path) -> None:
     assert "load client: aiohttp's client ==" in text and "load client: raw asyncio HTTP/1.1 ==" in text
     for client, targets in results["streaming"].items():
         for target, rounds in targets.items():
+            assert len(rounds) == 1, (client, target)  # --quick: one round, the floor included
             for r in rounds:
-                for phase in ("ttfb", "burst"):
+                for phase in ("ttfb", "burst") if target != "floor" else ("burst",):  # the floor: CPU only
                     assert r[phase]["client"].startswith(client), (client, r[phase]["client"])
                     assert r[phase]["bad"] == 0, (client, target, phase, r[phase]["errors"])
                     assert r[phase]["run_failures"] == 0, (client, target, phase, r[phase]["errors"])
