@@ -15,6 +15,7 @@ import pytest
 
 from mockllm.options import RunSettings
 from mockllm.replay.outcome import Hold, Outcome, Refusal, Stream, Whole
+from mockllm.replay.reporting import build_report
 from mockllm.replay.run import Run
 from mockllm.scenario.load import load_scenario
 from mockllm.wire import DEFAULT
@@ -58,6 +59,18 @@ def test_a_recorded_id_binds_to_its_session_and_each_cursor_moves_on_its_own(two
     assert served_text(ask(two, "p", "next")) == "P1"
     assert {live: b.cursor for live, b in two.bindings.items()} == {"c": 1, "p": 2}
     assert two.consumed and not two.failures
+
+
+async def test_a_report_reviews_the_queued_requests_and_the_review_timer_never_fires(two: Run) -> None:
+    """Requests are compared off the client's wait, later; a report drains the queue first, and the
+    timer is cancelled: a run ended before it fires (a test's) never wakes the server for it."""
+    served_text(ask(two, "p", "not what p was asked"))  # diverges: compared later
+    timer = two._review_timer
+    assert timer is not None and not timer.cancelled()
+    ask(two, "p", "next")  # joins the queue: one timer for the batch
+    assert two._review_timer is timer
+    assert [d.what for d in build_report(two).divergences] == ["the last user message"]
+    assert timer.cancelled() and two._review_timer is None
 
 
 def test_fresh_ids_bind_in_first_call_order_under_bind_order(two: Run) -> None:
