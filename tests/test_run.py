@@ -7,6 +7,7 @@ before any HTTP test.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -61,16 +62,20 @@ def test_a_recorded_id_binds_to_its_session_and_each_cursor_moves_on_its_own(two
     assert two.consumed and not two.failures
 
 
-async def test_a_report_reviews_the_queued_requests_and_the_review_timer_never_fires(two: Run) -> None:
-    """Requests are compared off the client's wait, later; a report drains the queue first, and the
-    timer is cancelled: a run ended before it fires (a test's) never wakes the server for it."""
-    served_text(ask(two, "p", "not what p was asked"))  # diverges: compared later
-    timer = two._review_timer
-    assert timer is not None and not timer.cancelled()
-    ask(two, "p", "next")  # joins the queue: one timer for the batch
-    assert two._review_timer is timer
-    assert [d.what for d in build_report(two).divergences] == ["the last user message"]
-    assert timer.cancelled() and two._review_timer is None
+async def test_requests_are_compared_once_the_loop_is_free_or_when_a_report_drains_them_first(two: Run) -> None:
+    """Requests are compared off the client's wait: after the answer, when the loop is next free
+    (never a wake-up of its own); a report drains the queue first, and the pending review is
+    cancelled."""
+    served_text(ask(two, "p", "not what p was asked"))
+    assert not two.divergences  # not on the answer's path
+    await asyncio.sleep(0)  # the loop is free: compared
+    assert [d.what for d in two.divergences.values()] == ["the last user message"]
+    assert two._review_soon is None
+    served_text(ask(two, "c", "not what c was asked"))
+    pending = two._review_soon
+    assert pending is not None and not pending.cancelled()
+    assert len(build_report(two).divergences) == 2  # drained by the report itself
+    assert pending.cancelled() and two._review_soon is None
 
 
 def test_fresh_ids_bind_in_first_call_order_under_bind_order(two: Run) -> None:

@@ -1,5 +1,6 @@
-"""Comparing answered requests with the recording off the client's wait: a run queues them and
-reviews them later, in a batch; its report and state drain the queue first."""
+"""Comparing answered requests with the recording off the client's wait: a run queues them, and
+reviews them once the answer is written, in the same wake-up of the server's loop; its report and
+state drain the queue first."""
 
 from __future__ import annotations
 
@@ -8,15 +9,6 @@ import logging
 from typing import Protocol
 
 log = logging.getLogger("mockllm")
-
-# How long answered requests may wait to be compared with the recording. A run's report and state
-# drain the queue before they are built (reporting.py), so nothing anyone reads depends on when the
-# review runs: this only bounds how long queued requests are kept. A test's run usually ends first
-# (its report drains the queue and cancels the timer), so the server never wakes up for it: a
-# test suite's calls come one at a time, and an idle server's wake-up (its caches cold from the
-# test's own work) costs it more CPU than answering does (openai SDK streamed calls, five per run,
-# each run ended after them: 1.34 ms of server CPU per call with a 5 ms delay, 1.26 ms with this).
-REVIEW_DELAY = 0.5
 
 
 class Reviewed(Protocol):
@@ -27,15 +19,20 @@ class Reviewed(Protocol):
     def review_pending(self) -> None: ...
 
 
-def schedule_review(run: Reviewed) -> asyncio.TimerHandle | None:
-    """Compare `run`'s queued requests REVIEW_DELAY from now, on the running loop: the timer, which
-    the run cancels when something drains its queue first. With no loop (a unit test), None: a
-    report drains the queue when it is read."""
+def schedule_review(run: Reviewed) -> asyncio.Handle | None:
+    """Compare `run`'s queued requests as soon as the loop is free: after the handler that queued
+    them has written its answer (its writes do not yield), before the loop waits for more. Never
+    on the client's wait, and never a wake-up of its own: a test suite's calls come one at a time,
+    and an idle server's wake-up (its caches cold from the test's own work) costs it more CPU than
+    answering does (openai SDK streamed calls, five per run, runs ended after them: a review 5 ms
+    later cost 1.34 ms of server CPU per call, reviewed at once 1.26 ms). Requests answered in one
+    wake-up are reviewed together. The handle, which the run cancels when something drains its
+    queue first; with no loop (a unit test), None: a report drains the queue when it is read."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         return None
-    return loop.call_later(REVIEW_DELAY, _review, run)
+    return loop.call_soon(_review, run)
 
 
 def _review(run: Reviewed) -> None:

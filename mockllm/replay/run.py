@@ -89,7 +89,7 @@ class Run:
     _bindings: Bindings = field(init=False)
     _faults: FaultPlan = field(init=False)
     _pending: list[tuple[Assignment, Request, CallRecord]] = field(default_factory=list)  # answered, not compared
-    _review_timer: asyncio.TimerHandle | None = None  # when `_pending` is reviewed, unless drained first
+    _review_soon: asyncio.Handle | None = None  # `_pending`'s review, unless something drains it first
     _conversations: ConversationIndex = field(default_factory=ConversationIndex)
     mcp: McpRun = field(init=False)  # the scenario's recorded MCP servers, as this run replays them
 
@@ -145,9 +145,9 @@ class Run:
                 assigned = taken
                 if assigned.divergence is not None:
                     record.diverged = assigned.divergence.what
-                # Not needed to answer: compared later, in a batch, off the client's wait.
+                # Not needed to answer: compared once the answer is written, off the client's wait.
                 if not self.checks_first and self._review_later(assigned, request, record):
-                    self._review_timer = schedule_review(self)
+                    self._review_soon = schedule_review(self)
                 script, index, file = assigned.script, assigned.call, assigned.session.file
             else:
                 side_index = self.take_side(side)
@@ -347,9 +347,9 @@ class Run:
 
     def review_pending(self) -> None:
         """Compare every queued request with the recording of its call, and note how each differs."""
-        if self._review_timer is not None:  # drained now: its timer would wake the server for nothing
-            self._review_timer.cancel()
-            self._review_timer = None
+        if self._review_soon is not None:  # drained now: nothing left for it
+            self._review_soon.cancel()
+            self._review_soon = None
         pending, self._pending = self._pending, []
         for assigned, request, record in pending:
             divergence = self._diverged(assigned.script, assigned.call, assigned.live_id, request)
