@@ -292,13 +292,13 @@ class _Routes:
     """
 
     def __init__(self, app: web.Application) -> None:
-        self.app = app
         self.under = [RoutesUnder(root) for root in ROOTS if "{" in root]
         for resource in self.under:
             app.router.register_resource(resource)
 
     def add(self, app: web.Application, path: str, handlers: dict[str, Handler], dialect: Dialect = DEFAULT) -> None:
-        """Serve `path` with `handlers` by method; any other method gets a 405."""
+        """Serve `path` with `handlers` by method; any other method gets a 405. (`app` is the one
+        this was made for: McpRoutes.install calls every route adder with its app.)"""
         if "GET" in handlers:
             handlers = {**handlers, "HEAD": handlers["GET"]}  # as aiohttp's add_get does
         handlers = {**handlers, "*": _not_allowed(",".join(sorted(handlers)), dialect)}
