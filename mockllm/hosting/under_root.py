@@ -16,7 +16,7 @@ that leaves a served route wins.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sized
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -27,16 +27,13 @@ if TYPE_CHECKING:
     from aiohttp.web_urldispatcher import _InfoDict  # the type AbstractResource.get_info is declared with
 
 
-class _Endpoint(Sized):
+class _Endpoint:
     """One route path's handlers, by method ('*' for any other)."""
 
     def __init__(self, resource: RoutesUnder, handlers: dict[str, Handler]) -> None:
         self.routes = {method: web.ResourceRoute(method, handler, resource) for method, handler in handlers.items()}
         self.any = self.routes.get("*")
         self.allowed = set(self.routes)
-
-    def __len__(self) -> int:
-        return len(self.routes)
 
 
 class RoutesUnder(web.AbstractResource):

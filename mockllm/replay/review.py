@@ -26,8 +26,9 @@ def schedule_review(run: Reviewed) -> asyncio.Handle | None:
     and an idle server's wake-up (its caches cold from the test's own work) costs it more CPU than
     answering does (openai SDK streamed calls, five per run, runs ended after them, interleaved:
     648 us of server CPU per call with a review 5 ms later, 603 us reviewed at once). Requests
-    answered in one wake-up are reviewed together. The handle, which the run cancels when something drains its
-    queue first; with no loop (a unit test), None: a report drains the queue when it is read."""
+    answered in one wake-up are reviewed together. Returns the handle, which the run cancels when
+    something drains its queue first; with no loop (a unit test), None: a report drains the queue
+    when it is read."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
