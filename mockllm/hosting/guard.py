@@ -80,8 +80,7 @@ class GuardedHandler(RequestHandler):
         elif self._idle_since is None:
             self._idle_since = now
         elif now - self._idle_since >= self._limit:
-            self.force_close()
-            self.transport.close()
+            self.force_close()  # which closes the transport (and forgets it)
             return
         self._arm()
 
@@ -92,12 +91,16 @@ class GuardedHandler(RequestHandler):
 
 
 class GuardedSite(web.TCPSite):
-    """A TCPSite whose connections are `GuardedHandler`s (aiohttp offers no handler class to set);
-    on `sock` when one is given (bound and listening already), else on its host and port."""
+    """A TCPSite whose connections are `GuardedHandler`s (aiohttp offers no handler class to set),
+    or `handler`, a subclass, made with `handler_kwargs` too; on `sock` when one is given (bound
+    and listening already), else on its host and port."""
 
-    def __init__(self, runner: web.BaseRunner, host: str, port: int, *, sock: socket.socket | None = None) -> None:
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, *, sock: socket.socket | None = None,
+                 handler: type[GuardedHandler] = GuardedHandler, handler_kwargs: dict[str, Any] | None = None) -> None:
         super().__init__(runner, host, port)
         self._sock = sock
+        self._handler = handler
+        self._handler_kwargs = handler_kwargs or {}
 
     async def start(self) -> None:
         await web.BaseSite.start(self)
@@ -105,7 +108,7 @@ class GuardedSite(web.TCPSite):
         assert server is not None
 
         def handler() -> GuardedHandler:
-            return GuardedHandler(server, loop=server._loop, **server._kwargs)
+            return self._handler(server, loop=server._loop, **server._kwargs, **self._handler_kwargs)
 
         loop = asyncio.get_running_loop()
         if self._sock is not None:

@@ -77,6 +77,13 @@ class RoutesUnder(web.AbstractResource):
             cut = path.find("/", cut + 1)
         return None, set()
 
+    def find(self, rest: str, method: str) -> tuple[Handler, dict[str, str]] | None:
+        """The handler of `method` at `rest` (a path below the root, as `path_safe` has it) and
+        its path parameters, as `resolve` finds them; None where no route of that method is."""
+        found = self._find(rest)
+        route = found[0].routes.get(method) if found is not None else None
+        return (route.handler, found[1]) if route is not None and found is not None else None
+
     def _find(self, rest: str) -> tuple[_Endpoint, dict[str, str]] | None:
         endpoint = self._plain.get(rest)
         if endpoint is not None:

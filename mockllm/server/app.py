@@ -25,7 +25,8 @@ from mockllm.hosting.under_root import RoutesUnder
 from mockllm.numbering import call_name
 from mockllm.options import ServeOptions
 from mockllm.replay.catalog import warm
-from mockllm.replay.outcome import Live
+from mockllm.replay.journal import CallRecord, RawHeaders
+from mockllm.replay.outcome import Live, Outcome
 from mockllm.replay.routing import header_session
 from mockllm.replay.run import Run
 from mockllm.replay.runs import Runs
@@ -42,6 +43,7 @@ from mockllm.wire import DEFAULT, DIALECTS
 from mockllm.wire.dialect import Dialect, InfoRoute
 from mockllm.wire.embeddings import EMBEDDINGS_APIS
 from mockllm.wire.models import ANTHROPIC_VERSION, models_body
+from mockllm.wire.request import Request
 
 log = logging.getLogger("mockllm")
 
@@ -112,36 +114,57 @@ class MockServer:
             return too_large(self.max_body, dialect)
         early = self.live.send_early(request, run, dialect, body)
         try:
-            call = dialect.decode_routed(body, request.match_info)
-            session = header_session(request.headers, self.session_headers)
-            outcome = run.answer(session, call, dialect, request.raw_headers, body)
-        except BaseException as exc:
+            decision = self.decide(run, dialect, body, request.match_info, request.headers, request.raw_headers)
+        except BaseException:
             if early is not None:  # begun for nothing: its connection is dropped
                 early.close()
-            if isinstance(exc, RequestError):
-                return mock_error(400, "invalid_request", f"run {run.id}: {exc}", dialect=dialect)
-            if isinstance(exc, RecursionError):
-                return mock_error(400, "invalid_request", f"run {run.id}: {TOO_DEEP}", dialect=dialect)
             raise
-        record = outcome.record
-        hub = self.hub
-        if hub.watched:  # an inspector page is open: the cursor just moved
-            hub.touched(run.id)
+        if isinstance(decision, web.Response):
+            if early is not None:
+                early.close()
+            return decision
+        call, outcome = decision
+        if not isinstance(outcome, Live):
+            return await self._write(request, run, dialect, outcome)
+        try:  # a record mode: the upstream answers
+            response = await self.live.call(request, run, dialect, call, body, outcome, early)
+            outcome.record.status = response.status
+            return response
+        finally:
+            self.call_done(run, dialect, outcome.record)
+
+    def decide(self, run: Run, dialect: Dialect, body: bytes, match_info: Mapping[str, str],
+               headers: Mapping[str, str], raw_headers: RawHeaders) -> tuple[Request, Outcome] | web.Response:
+        """The call and what it gets (the run's state moves on), or the error to answer for a
+        request that is not a call."""
         try:
-            if isinstance(outcome, Live):  # a record mode: the upstream answers
-                response = await self.live.call(request, run, dialect, call, body, outcome, early)
-                record.status = response.status
-                return response
+            call = dialect.decode_routed(body, match_info)
+            session = header_session(headers, self.session_headers)
+            outcome = run.answer(session, call, dialect, raw_headers, body)
+        except RequestError as exc:
+            return mock_error(400, "invalid_request", f"run {run.id}: {exc}", dialect=dialect)
+        except RecursionError:
+            return mock_error(400, "invalid_request", f"run {run.id}: {TOO_DEEP}", dialect=dialect)
+        if self.hub.watched:  # an inspector page is open: the cursor just moved
+            self.hub.touched(run.id)
+        return call, outcome
+
+    async def _write(self, request: web.Request, run: Run, dialect: Dialect, outcome: Outcome) -> web.StreamResponse:
+        try:
             return await self.writer.write(request, run, dialect, outcome)
         finally:
-            record.done()
-            if hub.watched:
-                hub.touched(run.id)
-            if log.isEnabledFor(logging.INFO):
-                log.info("%s %s %s session %s (%s) %s: %s %s%.1f ms", run.id, dialect.name, record.kind or "-",
-                         record.session, record.script or "unbound",
-                         "call -" if record.call is None else call_name(record.call),
-                         record.status, f"{record.error} " if record.error else "", record.duration_ms or 0.0)
+            self.call_done(run, dialect, outcome.record)
+
+    def call_done(self, run: Run, dialect: Dialect, record: CallRecord) -> None:
+        """A call's answer is written (or its client gone): its journal entry is complete."""
+        record.done()
+        if self.hub.watched:
+            self.hub.touched(run.id)
+        if log.isEnabledFor(logging.INFO):
+            log.info("%s %s %s session %s (%s) %s: %s %s%.1f ms", run.id, dialect.name, record.kind or "-",
+                     record.session, record.script or "unbound",
+                     "call -" if record.call is None else call_name(record.call),
+                     record.status, f"{record.error} " if record.error else "", record.duration_ms or 0.0)
 
     async def models(self, request: web.Request) -> web.Response:
         run = self._run_for(request, ANTHROPIC if ANTHROPIC_VERSION in request.headers else DEFAULT)
@@ -210,7 +233,8 @@ class MockServer:
 # which is the base's own: `/scenarios/s/v1/v1/messages` is a client adding /v1 twice).
 NAME = r"[^/]+(?:/(?!v1(?:/|$))[^/]+)??"  # lazy: `/scenarios/s/api/chat` is scenario s's Ollama route
 # Base roots: a dialect's routes are under each (OpenAI's and Anthropic's under its `/v1`).
-ROOTS = (f"/scenarios/{{name:{NAME}}}", "/runs/{run}", "")
+RUNS_ROOT = "/runs/{run}"
+ROOTS = (f"/scenarios/{{name:{NAME}}}", RUNS_ROOT, "")
 BASES = tuple(root + "/v1" for root in ROOTS)
 COUNT_TOKENS = "/messages/count_tokens"  # beside Anthropic's model route, under every base
 ANTHROPIC = next(d for d in DIALECTS if d.name == "anthropic")
@@ -292,8 +316,8 @@ class _Routes:
     """
 
     def __init__(self, app: web.Application) -> None:
-        self.under = [RoutesUnder(root) for root in ROOTS if "{" in root]
-        for resource in self.under:
+        self.under = {root: RoutesUnder(root) for root in ROOTS if "{" in root}
+        for resource in self.under.values():
             app.router.register_resource(resource)
 
     def add(self, app: web.Application, path: str, handlers: dict[str, Handler], dialect: Dialect = DEFAULT) -> None:
@@ -302,7 +326,7 @@ class _Routes:
         if "GET" in handlers:
             handlers = {**handlers, "HEAD": handlers["GET"]}  # as aiohttp's add_get does
         handlers = {**handlers, "*": _not_allowed(",".join(sorted(handlers)), dialect)}
-        for resource in self.under:
+        for resource in self.under.values():
             if path.startswith(resource.canonical + "/"):
                 resource.add(path.removeprefix(resource.canonical), handlers)
                 return

@@ -34,10 +34,12 @@ def too_large(limit: int, dialect: Dialect = DEFAULT) -> web.Response:
     return mock_error(413, "request_too_large", f"request body over {limit} bytes", dialect=dialect)
 
 
-def internal_error(request: web.Request, exc: Exception) -> str:
-    """Log a bug met while answering `request` and say it in words for the client's error: a bug
-    must not take the server down or leak into other runs, so every handler answers it as its own
-    error (`mock_error`, or a JSON-RPC error) after catching all but `PASSED_ON`."""
-    log.exception("internal error on %s %s", request.method, request.path, exc_info=exc)
+def internal_error(request: web.Request | str, exc: Exception) -> str:
+    """Log a bug met while answering `request` (or the fast lane's "METHOD path") and say it in
+    words for the client's error: a bug must not take the server down or leak into other runs, so
+    every handler answers it as its own error (`mock_error`, or a JSON-RPC error) after catching
+    all but `PASSED_ON`."""
+    where = request if isinstance(request, str) else f"{request.method} {request.path}"
+    log.exception("internal error on %s", where, exc_info=exc)
     return f"mockllm failed on this request: {exc!r}"
 

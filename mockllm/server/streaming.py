@@ -115,7 +115,25 @@ class OutcomeWriter:
         self.pacer = Pacer()
         self._held: set[asyncio.Future[None]] = set()
 
+    def at_once(self, outcome: Outcome, dialect: Dialect) -> web.Response | None:
+        """The whole response of an outcome with nothing to wait for (no delay, pace, cut or hold),
+        or None for one that takes time: what the fast lane writes itself, and `write` too."""
+        if isinstance(outcome, Stream):
+            if outcome.delay or outcome.held is not None or outcome.cut_after is not None or outcome.schedule:
+                return None
+            return _whole_stream(outcome, dialect)
+        if isinstance(outcome, Whole):
+            return None if outcome.delay else _whole(outcome, dialect)
+        if isinstance(outcome, Refusal):
+            return mock_error(outcome.status, outcome.code, outcome.message, dialect=dialect)
+        return None
+
     async def write(self, request: web.Request, run: Run, dialect: Dialect, outcome: Outcome) -> web.StreamResponse:
+        response = self.at_once(outcome, dialect)
+        if response is not None:
+            if isinstance(outcome, Stream):
+                await _write_stream(request, run, outcome, response)
+            return response
         if isinstance(outcome, Stream):
             if outcome.delay:
                 await self.pacer.sleep(outcome.delay)
@@ -127,35 +145,19 @@ class OutcomeWriter:
                     return await self._stream_cut(request, outcome, outcome.cut_after, headers)
                 if outcome.schedule is not None:
                     return await self._stream_paced(request, outcome.schedule, headers)
-                return await self._stream(request, outcome, headers)
             except (asyncio.CancelledError, ConnectionResetError):
                 run.left_early(outcome)  # its retry gets the same entry again
                 raise
+            response = _whole_stream(outcome, dialect)  # a fault's delay is over: the rest at once
+            await _write_stream(request, run, outcome, response)
+            return response
         if isinstance(outcome, Whole):
-            if outcome.delay:
-                await self.pacer.sleep(outcome.delay)
-            extra = dialect.error_headers(outcome.body) if outcome.status != 200 else None
-            # an error: some dialects name its type in a header too (Bedrock's x-amzn-errortype)
-            return web.Response(status=outcome.status, body=outcome.body, content_type="application/json",
-                                headers={**(outcome.headers or {}), **extra} if extra else outcome.headers)
-        if isinstance(outcome, Refusal):
-            return mock_error(outcome.status, outcome.code, outcome.message, dialect=dialect)
+            await self.pacer.sleep(outcome.delay)
+            return _whole(outcome, dialect)
         assert isinstance(outcome, Hold)
         await self._hold(run, outcome.held)  # returns only when the server shuts down
         return mock_error(503, "shutting_down", f"run {run.id}: mockllm is shutting down; the held call was "
                           "released", dialect=dialect)
-
-    async def _stream(self, request: web.Request, outcome: Stream, headers: dict[str, str]) -> web.StreamResponse:
-        # Nothing to wait for: the headers and the whole stream in one write, with a Content-Length
-        # (which spares the client the chunked framing). Each write is a syscall, and on loopback
-        # the receiver's work too: three (headers, first event, the rest) cost the server 10-14 us
-        # more CPU per request than one, and the first byte came no sooner (bench.py's TTFB).
-        # Written here, not by aiohttp after the handler returns, so a client gone before it is
-        # written is seen (`left_early`, in `write`).
-        response = web.Response(body=outcome.reply.stream_bytes(outcome.include_usage), headers=headers)
-        await response.prepare(request)
-        await response.write_eof()
-        return response
 
     async def _stream_cut(self, request: web.Request, outcome: Stream, events: int,
                           headers: dict[str, str]) -> web.StreamResponse:
@@ -220,6 +222,32 @@ class OutcomeWriter:
         for held in self._held:
             if not held.done():
                 held.set_result(None)
+
+
+def _whole_stream(outcome: Stream, dialect: Dialect) -> web.Response:
+    """A stream with nothing to wait for: the headers and the whole stream go in one write, with a
+    Content-Length (which spares the client the chunked framing). Each write is a syscall, and on
+    loopback the receiver's work too: three (headers, first event, the rest) cost the server
+    10-14 us more CPU per request than one, and the first byte came no sooner (bench.py's TTFB)."""
+    return web.Response(body=outcome.reply.stream_bytes(outcome.include_usage), headers=stream_headers(dialect))
+
+
+async def _write_stream(request: web.Request, run: Run, outcome: Stream, response: web.Response) -> None:
+    """Written in the handler, not by aiohttp after it returns, so a client gone before it is
+    written is seen (`left_early`: its retry gets the same entry again)."""
+    try:
+        await response.prepare(request)
+        await response.write_eof()
+    except (asyncio.CancelledError, ConnectionResetError):
+        run.left_early(outcome)
+        raise
+
+
+def _whole(outcome: Whole, dialect: Dialect) -> web.Response:
+    extra = dialect.error_headers(outcome.body) if outcome.status != 200 else None
+    # an error: some dialects name its type in a header too (Bedrock's x-amzn-errortype)
+    return web.Response(status=outcome.status, body=outcome.body, content_type="application/json",
+                        headers={**(outcome.headers or {}), **extra} if extra else outcome.headers)
 
 
 def _touch(cwd: str, ready_file: str) -> bool:
