@@ -18,6 +18,7 @@ from aiohttp import web
 
 from mockllm.errors import MockllmError
 from mockllm.hosting import guard
+from mockllm.hosting.fast_lane import handler_class
 from mockllm.hosting.guard import GuardedSite
 from mockllm.hosting.log_rate import limit_repeats
 
@@ -76,7 +77,8 @@ async def listen(app: web.Application, host: str, port: int,
                            auto_decompress=False, keepalive_timeout=guard.IDLE_TIMEOUT)
     try:
         await runner.setup()
-        site = GuardedSite(runner, host, port, sock=sock)
+        handler, handler_kwargs = handler_class(app)  # the fast lane, for an app that has one
+        site = GuardedSite(runner, host, port, sock=sock, handler=handler, handler_kwargs=handler_kwargs)
         try:
             await site.start()
         except OSError as exc:

@@ -21,6 +21,7 @@ from aiohttp import web
 
 from mockllm.errors import TOO_DEEP, RecordingError, RequestError
 from mockllm.hosting.bodies import MAX_BODY, read_body
+from mockllm.hosting.fast_lane import LANE
 from mockllm.hosting.under_root import RoutesUnder
 from mockllm.numbering import call_name
 from mockllm.options import ServeOptions
@@ -34,6 +35,7 @@ from mockllm.scenario.load import Suite
 from mockllm.server.admin import Admin, scenario_error
 from mockllm.server.embeddings import EmbeddingsRoutes
 from mockllm.server.events import Hub
+from mockllm.server.fast_calls import FastCalls, decided_for
 from mockllm.server.inspector import Inspector
 from mockllm.server.live import LiveCalls
 from mockllm.server.mcp import McpRoutes
@@ -106,6 +108,9 @@ class MockServer:
         return answer
 
     async def _answer(self, request: web.Request, dialect: Dialect) -> web.StreamResponse:
+        decided = decided_for(request)
+        if decided is not None:  # the fast lane's decision, which takes time to write
+            return await self._write(request, decided.run, decided.dialect, decided.outcome)
         run = self._run_for(request, dialect)
         if not isinstance(run, Run):  # an error response (Run is a plain class: a cheap check)
             return run
@@ -346,13 +351,18 @@ def create_app(suite: Suite, options: ServeOptions | None = None) -> web.Applica
     app.on_shutdown.append(server.release_held)
     app.on_cleanup.append(server.close_live)
     routes = _Routes(app)
+    fast = FastCalls(server, routes.under[RUNS_ROOT])  # the fast lane, for the runs' model calls
+    app[LANE] = fast
     for root in ROOTS:
         for api in EMBEDDINGS_APIS:  # before the dialects': Gemini's `{model}:{verb}` would take its routes
             for route in api.routes:
                 routes.add(app, root + route, {"POST": server.embeddings.handler(api)}, api.dialect)
         for dialect in DIALECTS:
             for route in dialect.routes:
-                routes.add(app, root + route, {"POST": server.model_route(dialect)}, dialect)
+                handler = server.model_route(dialect)
+                routes.add(app, root + route, {"POST": handler}, dialect)
+                if root == RUNS_ROOT:
+                    fast.model_route(handler, dialect)
             for info in dialect.info_routes:
                 routes.add(app, root + info.path, {info.method: server.info_route(dialect, info)}, dialect)
         base = root + "/v1"

@@ -1,0 +1,135 @@
+"""The server's fast lane (`hosting/fast_lane.py`): model calls to a run (`/runs/{run}/…`), every
+dialect's, answered by the connection itself when their answer is ready at once.
+
+The lane decides a call exactly as the model route's handler does (`MockServer.decide`: the same
+decoding, routing and run state) and writes the response that handler would (`OutcomeWriter.
+at_once`). It declines, with nothing changed, what the handler must serve: another route, an
+unknown run (its 404 is the handler's), a run that records (its calls go upstream). An answer that
+takes time (a hold, a pace, a fault's delay) is decided here and written by the handler
+(`Decided`, taken by `decided_for`), so the run moves on once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import NamedTuple, Protocol
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+from yarl import URL
+
+from mockllm.hosting.fast_lane import FastHandler
+from mockllm.hosting.under_root import RoutesUnder
+from mockllm.replay.journal import CallRecord, RawHeaders
+from mockllm.replay.outcome import Outcome, Stream
+from mockllm.replay.run import Run
+from mockllm.replay.runs import Runs
+from mockllm.server.mock_errors import internal_error, mock_error
+from mockllm.server.streaming import OutcomeWriter
+from mockllm.wire.dialect import Dialect
+from mockllm.wire.request import Request
+
+RUNS = "/runs/"
+
+
+class CallServer(Protocol):
+    """What the lane uses of the server (`app.MockServer`): the model route handler's own steps."""
+
+    runs: Runs
+    max_body: int
+    writer: OutcomeWriter
+
+    def decide(self, run: Run, dialect: Dialect, body: bytes, match_info: Mapping[str, str],
+               headers: Mapping[str, str], raw_headers: RawHeaders) -> tuple[Request, Outcome] | web.Response: ...
+
+    def call_done(self, run: Run, dialect: Dialect, record: CallRecord) -> None: ...
+
+
+class Decided(NamedTuple):
+    """What the lane decided for a call whose answer takes time, for the model route's handler to write."""
+
+    run: Run
+    dialect: Dialect
+    outcome: Outcome
+
+
+class Route(NamedTuple):
+    path: str
+    run: str
+    dialect: Dialect
+    match_info: dict[str, str]
+
+
+def decided_for(request: web.Request) -> Decided | None:
+    """The lane's decision for this request, if it made one (taken: it is written once)."""
+    handler = request.protocol
+    if isinstance(handler, FastHandler) and isinstance(handler.decided, Decided):
+        decided, handler.decided = handler.decided, None
+        return decided
+    return None
+
+
+class FastCalls:
+    """The `Lane` of a server: `route` and `answer`, for the runs' model routes under `under`."""
+
+    def __init__(self, server: CallServer, under: RoutesUnder) -> None:
+        self.server = server
+        self.under = under
+        self.dialects: dict[Handler, Dialect] = {}  # each model route's handler under `/runs/{run}`: its dialect
+
+    def model_route(self, handler: Handler, dialect: Dialect) -> None:
+        """`handler` serves `dialect`'s model calls under `/runs/{run}`: the lane answers for it."""
+        self.dialects[handler] = dialect
+
+    def route(self, target: str) -> Route | None:
+        """A POST to `target` is a model call to a run: its run id, dialect and path parameters
+        (as aiohttp's router would have them), or None."""
+        path = target.partition("?")[0]  # no model route reads the query (Gemini's `alt=sse`)
+        if not path.startswith(RUNS):
+            return None
+        if "%" in path:
+            path = URL.build(path=path, encoded=True).path_safe  # as aiohttp's router sees it
+        run, slash, rest = path[len(RUNS):].partition("/")
+        found = self.under.find("/" + rest, "POST") if slash and "%" not in run else None
+        dialect = self.dialects.get(found[0]) if found is not None else None
+        if found is None or dialect is None:
+            return None
+        return Route(path, run, dialect, {**found[1], "run": run})
+
+    def answer(self, route: Route, headers: Mapping[str, str], raw_headers: RawHeaders, body: bytes,
+               handler: FastHandler) -> bool:
+        """Answer the call through `handler` (True), or leave it to aiohttp (False): before
+        anything changed, or with its decision on `handler` for the model route's handler."""
+        server = self.server
+        run = server.runs.get(route.run)
+        if run is None or run.recording or run.episodes or len(body) > server.max_body:
+            return False
+        dialect = route.dialect
+        try:
+            decision = server.decide(run, dialect, body, route.match_info, headers, raw_headers)
+            if isinstance(decision, web.Response):
+                handler.respond(decision)
+                return True
+            outcome = decision[1]
+            response = server.writer.at_once(outcome, dialect)
+            if response is None:
+                handler.decided = Decided(run, dialect, outcome)
+                return False
+            try:
+                if not handler.respond(response) and isinstance(outcome, Stream):
+                    run.left_early(outcome)  # its retry gets the same entry again
+            finally:
+                server.call_done(run, dialect, outcome.record)
+        except Exception as exc:
+            handler.respond(mock_error(500, "mockllm_internal_error", internal_error(f"POST {route.path}", exc),
+                                       dialect=dialect))
+        return True
+
+    def forget(self, decided: Decided) -> None:
+        """A call decided here whose client left before the model route's handler ran: nothing of
+        its answer was written, so it ends as a stream whose client left early ends (its retry
+        gets the same entry again), a hang as a hang whose client left."""
+        outcome = decided.outcome
+        if isinstance(outcome, Stream) and outcome.held is None:
+            decided.run.left_early(outcome)
+        self.server.call_done(decided.run, decided.dialect, outcome.record)

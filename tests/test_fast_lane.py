@@ -1,0 +1,200 @@
+"""Issue 28, the fast lane (`mockllm/hosting/fast_lane.py`): a whole model call is answered by the
+connection itself, exactly as aiohttp answers it; anything else, and everything after it on that
+connection, is aiohttp's as before."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
+
+import openai
+import pytest
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from mockllm.hosting import fast_lane, guard
+from mockllm.hosting.fast_lane import LANE, FastHandler
+from mockllm.server.fast_calls import Decided
+from tests.conftest import http, new_run
+from tests.logbuilder import RECORDINGS
+
+HI = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+ASK = json.dumps({"model": "m", "stream": True,
+                  "messages": [{"role": "user", "content": "Greet the replay server in one short sentence."}]}).encode()
+
+
+@pytest.fixture
+def answered(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The status of every response the fast lane wrote."""
+    seen: list[int] = []
+    original = FastHandler.respond
+
+    def respond(self: FastHandler, response: object) -> bool:
+        seen.append(response.status)  # type: ignore[attr-defined]
+        return original(self, response)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(FastHandler, "respond", respond)
+    return seen
+
+
+class Connection:
+    """One kept-alive connection, written and read as raw bytes."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    async def answer(self) -> tuple[bytes, dict[str, str], bytes]:
+        """The next response on the connection: its status line, headers (names lowercased), body."""
+        head = await asyncio.wait_for(self.reader.readuntil(b"\r\n\r\n"), 10)
+        lines = head.decode("latin-1").split("\r\n")[:-2]
+        pairs = (line.partition(":") for line in lines[1:])
+        headers = {name.strip().lower(): value.strip() for name, _, value in pairs}
+        if headers.get("transfer-encoding") == "chunked":
+            body = b""
+            while size := int((await self.reader.readuntil(b"\r\n")).strip(), 16):
+                body += (await self.reader.readexactly(size + 2))[:-2]
+            await self.reader.readuntil(b"\r\n")
+        else:
+            body = await self.reader.readexactly(int(headers["content-length"]))
+        return lines[0].encode(), headers, body
+
+
+@pytest.fixture
+async def connect() -> AsyncIterator[object]:
+    opened: list[asyncio.StreamWriter] = []
+
+    async def open_to(base_url: str) -> Connection:
+        host, port = base_url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        opened.append(writer)
+        return Connection(reader, writer)
+
+    yield open_to
+    for writer in opened:
+        writer.close()
+
+
+def post(path: str, body: bytes, *headers: str) -> bytes:
+    head = [f"POST {path} HTTP/1.1", "Host: x", "Content-Type: application/json", *headers]
+    if not any(h.lower().startswith("transfer-encoding") for h in headers):
+        head.append(f"Content-Length: {len(body)}")
+        return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+
+
+def comparable(answer: tuple[bytes, dict[str, str], bytes]) -> tuple[bytes, dict[str, str], bytes]:
+    """An answer without what differs between two runs of the same call: its date, its run's id."""
+    status, headers, body = answer
+    return status, {k: v for k, v in headers.items() if k != "date"}, body.replace(b"run-2", b"run-1")
+
+
+@pytest.mark.parametrize("body", [ASK, ASK.replace(b'"stream": true', b'"stream": false'), b'{"model": "m"}'],
+                         ids=["stream", "whole", "refused"])
+async def test_the_fast_lane_answers_byte_for_byte_as_aiohttp_does(serve, connect, answered, body):
+    server = await serve(RECORDINGS / "text-turn")
+    fast_run, slow_run = [(await new_run(server.base_url, "text-turn"))[0] for _ in range(2)]
+    fast = await connect(server.base_url)
+    fast.writer.write(post(f"/runs/{fast_run}/v1/chat/completions", body))
+    fast_answer = await fast.answer()
+    assert len(answered) == 1, "the fast lane answered the whole request"
+    slow = await connect(server.base_url)  # a chunked body is aiohttp's
+    slow.writer.write(post(f"/runs/{slow_run}/v1/chat/completions", body, "Transfer-Encoding: chunked"))
+    slow_answer = await slow.answer()
+    assert len(answered) == 1, "aiohttp answered the chunked request"
+    assert comparable(fast_answer) == comparable(slow_answer)
+    assert fast_answer[1]["date"] and fast_answer[1]["server"].startswith("Python/")
+
+
+async def test_a_request_that_arrives_in_pieces_or_pipelined_is_answered_in_order(serve, connect, answered):
+    server = await serve(RECORDINGS / "spawn-child")
+    run, _ = await new_run(server.base_url, "spawn-child")
+    connection = await connect(server.base_url)
+    whole = post(f"/runs/{run}/v1/chat/completions", HI)
+    head, _, body = whole.partition(b"\r\n\r\n")
+    connection.writer.write(head + b"\r\n\r\n")  # as SDKs write: the head, then the body
+    await connection.writer.drain()
+    await asyncio.sleep(0.05)
+    connection.writer.write(body + whole + whole)  # ...then two more requests in the same write
+    answers = [await connection.answer() for _ in range(3)]
+    # the primary's two recorded calls, then past its end (410), in the order asked
+    assert [a[0] for a in answers] == [b"HTTP/1.1 200 OK"] * 2 + [b"HTTP/1.1 410 Gone"]
+    assert answered == [200, 200, 410]
+    status, state = await http("GET", f"{server.base_url}/_mockllm/runs/{run}")
+    assert status == 200 and len(state["journal"]) == 3  # type: ignore[index]
+
+
+async def test_requests_the_lane_leaves_to_aiohttp_keep_their_order_and_the_lane_reads_on(serve, connect, answered):
+    server = await serve(RECORDINGS / "tool-loop")
+    run, _ = await new_run(server.base_url, "tool-loop")
+    connection = await connect(server.base_url)
+    call = post(f"/runs/{run}/v1/chat/completions", HI)
+    health = b"GET /_mockllm/health HTTP/1.1\r\nHost: x\r\n\r\n"
+    connection.writer.write(health)  # aiohttp's, then the lane reads on
+    assert json.loads((await connection.answer())[2])["status"] == "ok"
+    connection.writer.write(call)
+    assert (await connection.answer())[0] == b"HTTP/1.1 200 OK" and answered == [200]
+    connection.writer.write(health + call)  # pipelined behind aiohttp's answer: aiohttp's too, in order
+    answers = [await connection.answer() for _ in range(2)]
+    assert json.loads(answers[0][2])["status"] == "ok" and answers[1][0] == b"HTTP/1.1 200 OK"
+    assert answered == [200]
+    connection.writer.write(call + call)  # from then on, aiohttp reads the connection
+    assert [(await connection.answer())[0] for _ in range(2)] == [b"HTTP/1.1 200 OK"] * 2
+    assert answered == [200]
+    status, state = await http("GET", f"{server.base_url}/_mockllm/runs/{run}")
+    assert status == 200 and len(state["journal"]) == 4  # type: ignore[index]
+
+
+async def test_a_late_body_goes_to_aiohttp_whose_body_timeout_answers_it(serve, connect, answered, monkeypatch):
+    monkeypatch.setattr(fast_lane, "BODY_WAIT", 0.05)
+    monkeypatch.setattr(guard, "BODY_TIMEOUT", 0.3)
+    server = await serve(RECORDINGS / "spawn-child")
+    run, _ = await new_run(server.base_url, "spawn-child")
+    connection = await connect(server.base_url)
+    connection.writer.write(post(f"/runs/{run}/v1/chat/completions", HI)[:-5])
+    status, _, _ = await connection.answer()
+    assert status.startswith(b"HTTP/1.1 408") and answered == []
+
+
+async def test_a_kept_alive_connection_is_closed_once_idle_after_a_fast_answer(serve, connect, answered, monkeypatch):
+    monkeypatch.setattr(guard, "IDLE_TIMEOUT", 0.4)
+    server = await serve(RECORDINGS / "spawn-child")
+    run, _ = await new_run(server.base_url, "spawn-child")
+    connection = await connect(server.base_url)
+    connection.writer.write(post(f"/runs/{run}/v1/chat/completions", HI))
+    assert (await connection.answer())[0] == b"HTTP/1.1 200 OK" and answered == [200]
+    assert await asyncio.wait_for(connection.reader.read(), 10) == b"", "closed by the server once idle"
+
+
+async def test_an_answer_that_takes_time_is_decided_by_the_lane_and_written_by_aiohttp(serve, answered):
+    """A paced run: the lane decides the call (the run moves on once), aiohttp's handler writes it."""
+    server = await serve(RECORDINGS / "text-turn")
+    run, base = await new_run(server.base_url, "text-turn", pace="1")
+    async with openai.AsyncOpenAI(base_url=base, api_key="x", max_retries=0) as client:
+        stream = await client.chat.completions.create(model="m", stream=True, messages=[
+            {"role": "user", "content": "Greet the replay server in one short sentence."}])
+        text = "".join([chunk.choices[0].delta.content or "" async for chunk in stream if chunk.choices])
+    status, report = await http("DELETE", f"{server.base_url}/_mockllm/runs/{run}")
+    assert status == 200 and text and answered == []
+    assert report["failures"] == [] and report["divergences"] == []  # type: ignore[index]
+
+
+async def test_a_decision_whose_client_left_before_aiohttp_took_it_ends_as_a_stream_left_early(serve):
+    """The lane decided a paced call and handed it to aiohttp, but the client left before aiohttp's
+    handler ran: the call's entry is complete in the journal, and its retry gets the same entry."""
+    server = await serve(RECORDINGS / "text-turn")
+    lane = server.runner.app[LANE]
+    run, _ = await new_run(server.base_url, "text-turn", pace="1")
+    route = lane.route(f"/runs/{run}/v1/chat/completions")
+
+    def decided() -> Decided:
+        handler = SimpleNamespace(decided=None, respond=lambda response: pytest.fail("answered at once"))
+        assert lane.answer(route, CIMultiDictProxy(CIMultiDict()), (), ASK, handler) is False
+        assert isinstance(handler.decided, Decided)
+        return handler.decided
+
+    first = decided()
+    lane.forget(first)
+    assert first.outcome.record.duration_ms is not None
+    retry = decided()
+    assert (retry.outcome.record.script, retry.outcome.record.call) == (first.outcome.record.script, 0)
