@@ -20,6 +20,7 @@ from mockllm.errors import NotAScenarioError, RecordingError, ScenarioError
 from mockllm.mcp.log import FILE as MCP_FILE
 from mockllm.mcp.log import McpLog
 from mockllm.mcp.log import read_log as read_mcp_log
+from mockllm.scenario.collector import paused
 from mockllm.scenario.count_tokens import load_counts, request_key
 from mockllm.scenario.embeddings import EmbeddingStore, read_embeddings
 from mockllm.scenario.envelopes import WireCall, load_envelopes
@@ -187,6 +188,7 @@ def session_files(path: Path) -> list[Path]:
     return primary + [p for _, p in children]
 
 
+@paused()
 def load_scenario(path: Path, *, keep_logs: bool = False, side_routes: Sequence[SideRouteSpec] = (),
                   name: str | None = None) -> Scenario:
     """Load and derive every session of one scenario; raises ScenarioError listing every broken file.
@@ -303,6 +305,7 @@ def mcp_files(path: Path) -> list[Path]:
     return sorted(p for p in path.iterdir() if MCP_FILE.fullmatch(p.name) and p.is_file())
 
 
+@paused()
 def load_suite(path: Path, *, keep_logs: bool = False, side_routes: Sequence[SideRouteSpec] = (),
                allow_empty: bool = False) -> Suite:
     """Load `path` as one scenario, or as a suite of scenario sub-folders (and of scenarios one
