@@ -198,3 +198,14 @@ async def test_a_decision_whose_client_left_before_aiohttp_took_it_ends_as_a_str
     assert first.outcome.record.duration_ms is not None
     retry = decided()
     assert (retry.outcome.record.script, retry.outcome.record.call) == (first.outcome.record.script, 0)
+
+
+@pytest.mark.parametrize("header", ["X-Long: " + "a" * 9000, "X-Nul: a\x00b", "Bad Name: x", "X-Bare: a\nb"],
+                         ids=["long-line", "nul", "name-not-a-token", "bare-lf"])
+async def test_a_head_aiohttp_would_refuse_is_aiohttps_to_refuse(serve, connect, answered, header):
+    server = await serve(RECORDINGS / "text-turn")
+    run, _ = await new_run(server.base_url, "text-turn")
+    connection = await connect(server.base_url)
+    connection.writer.write(post(f"/runs/{run}/v1/chat/completions", ASK, header))
+    status = await asyncio.wait_for(connection.reader.readline(), 10)
+    assert status.split()[1] == b"400" and answered == [], status

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from email.utils import formatdate
 from typing import Any, Protocol
@@ -41,7 +42,12 @@ RawHeaders = tuple[tuple[bytes, bytes], ...]
 # Headers that leave a request and all after it on its connection to aiohttp: a body it must decode
 # or delimit, a connection it must manage.
 _AIOHTTP_HEADERS = frozenset((b"transfer-encoding", b"content-encoding", b"expect", b"upgrade"))
-HEAD_LIMIT = 64 * 1024  # a longer head (aiohttp refuses past 8 KB a line) is aiohttp's to judge
+HEAD_LIMIT = 64 * 1024  # a longer head is aiohttp's to judge
+# What aiohttp refuses (400) is aiohttp's to refuse: a line past its limit, a control character (but
+# tab; CR and LF only as line ends), a header name that is not an HTTP token.
+MAX_LINE = 8190
+_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # A body the lane waits for: SDKs write a request's head and body separately, so the body may come
 # in a read of its own. A larger body (many reads) is aiohttp's to gather, and one not in within
 # BODY_WAIT seconds too (its body timeout answers a client that stalls).
@@ -190,6 +196,8 @@ def _parse_head(head: bytes) -> tuple[bytes, str, RawHeaders, int, bool] | None:
     (another version, a transfer or content coding, `Expect`, `Upgrade`, a head that is not
     plainly well formed)."""
     lines = head.split(b"\r\n")
+    if any(len(line) > MAX_LINE or _CONTROL.search(line) for line in lines):
+        return None
     method, _, rest = lines[0].partition(b" ")
     target, _, version = rest.partition(b" ")
     if version != b"HTTP/1.1" or not target.startswith(b"/") or not method.isalpha():
@@ -199,7 +207,7 @@ def _parse_head(head: bytes) -> tuple[bytes, str, RawHeaders, int, bool] | None:
     raw: list[tuple[bytes, bytes]] = []
     for line in lines[1:]:
         name, colon, value = line.partition(b":")
-        if not colon or not name or name != name.strip() or b" " in name:
+        if not colon or not _TOKEN.fullmatch(name):
             return None  # folded, malformed or empty: aiohttp answers it (400 where it must)
         value = value.strip(b" \t")
         lower = name.lower()
