@@ -168,16 +168,20 @@ def _say(out: IO[str], **fields: Any) -> None:
 async def _serve(path: Path | None, options: ServeOptions, out: IO[str], sock: socket.socket | None) -> None:
     import asyncio
 
+    from mockllm.scenario.collector import paused
     from mockllm.server.running import settle_memory
     from mockllm.starting import load_to_serve, start
 
-    try:
-        suite = load_to_serve(path, options)
-        server = await start(suite, options, sock)
-    except (MockllmError, TypeError, ValueError) as exc:
-        _say(out, error=str(exc), kind=type(exc).__name__)
-        return
-    settle_memory()
+    # What loading builds lives as long as the server: frozen before the collector is back on,
+    # which would otherwise scan all of it once more at its first pass.
+    with paused():
+        try:
+            suite = load_to_serve(path, options)
+            server = await start(suite, options, sock)
+        except (MockllmError, TypeError, ValueError) as exc:
+            _say(out, error=str(exc), kind=type(exc).__name__)
+            return
+        settle_memory()
     loop = asyncio.get_running_loop()
     closed = asyncio.Event()
     # The parent's stdin pipe: EOF when it closes it or dies. A thread reads it: a pipe on stdin
