@@ -29,8 +29,6 @@ from mockllm.server.streaming import OutcomeWriter
 from mockllm.wire.dialect import Dialect
 from mockllm.wire.request import Request
 
-RUNS = "/runs/"
-
 
 class CallServer(Protocol):
     """What the lane uses of the server (`app.MockServer`): the model route handler's own steps."""
@@ -75,6 +73,7 @@ class FastCalls:
     def __init__(self, server: CallServer, under: RoutesUnder) -> None:
         self.server = server
         self.under = under
+        self.prefix = under.canonical.partition("{")[0]  # `/runs/`: what every path it serves starts with
         self.dialects: dict[Handler, Dialect] = {}  # each model route's handler under `/runs/{run}`: its dialect
 
     def model_route(self, handler: Handler, dialect: Dialect) -> None:
@@ -85,11 +84,11 @@ class FastCalls:
         """A POST to `target` is a model call to a run: its run id, dialect and path parameters
         (as aiohttp's router would have them), or None."""
         path = target.partition("?")[0]  # no model route reads the query (Gemini's `alt=sse`)
-        if not path.startswith(RUNS):
+        if not path.startswith(self.prefix):
             return None
         if "%" in path:
             path = URL.build(path=path, encoded=True).path_safe  # as aiohttp's router sees it
-        run, slash, rest = path[len(RUNS):].partition("/")
+        run, slash, rest = path[len(self.prefix):].partition("/")
         found = self.under.find("/" + rest, "POST") if slash and "%" not in run else None
         dialect = self.dialects.get(found[0]) if found is not None else None
         if found is None or dialect is None:
