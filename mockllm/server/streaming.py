@@ -119,7 +119,8 @@ class OutcomeWriter:
         """The whole response of an outcome with nothing to wait for (no delay, pace, cut or hold),
         or None for one that takes time: what the fast lane writes itself, and `write` too."""
         if isinstance(outcome, Stream):
-            if outcome.delay or outcome.held is not None or outcome.cut_after is not None or outcome.schedule:
+            waits = outcome.delay or outcome.schedule is not None
+            if waits or outcome.held is not None or outcome.cut_after is not None:
                 return None
             return _whole_stream(outcome, dialect)
         if isinstance(outcome, Whole):
