@@ -52,8 +52,9 @@ async def chat(base_url: str, session: str, messages: list[dict[str, object]]) -
 
 
 def cursor(run: str, lane: str) -> str:
-    """A lane's cursor text on the page ("served 2 / 3")."""
-    return (f"(document.querySelector('#run-{run} [data-lane=\"{lane}\"] .cursor') || {{}}).innerText || ''")
+    """A lane's cursor text on the page ("served 2 / 3"), as one expression: parenthesized, so that
+    `cursor(...).includes(...)` tests the text, not only its `''` fallback."""
+    return (f"((document.querySelector('#run-{run} [data-lane=\"{lane}\"] .cursor') || {{}}).innerText || '')")
 
 
 async def test_the_live_page_shows_the_fork_tree_replaying_and_a_divergence(
