@@ -209,3 +209,21 @@ async def test_a_head_aiohttp_would_refuse_is_aiohttps_to_refuse(serve, connect,
     connection.writer.write(post(f"/runs/{run}/v1/chat/completions", ASK, header))
     status = await asyncio.wait_for(connection.reader.readline(), 10)
     assert status.split()[1] == b"400" and answered == [], status
+
+
+async def test_an_embeddings_call_is_the_lanes_too_and_answered_as_aiohttp_answers_it(serve, connect, answered):
+    """A scenario with no recorded embeddings: the miss (404, noted as a divergence of the run)."""
+    server = await serve(RECORDINGS / "text-turn")
+    fast_run, slow_run = [(await new_run(server.base_url, "text-turn"))[0] for _ in range(2)]
+    body = json.dumps({"model": "m", "input": "Figs grow in the squares of Naples."}).encode()
+    fast = await connect(server.base_url)
+    fast.writer.write(post(f"/runs/{fast_run}/v1/embeddings", body))
+    fast_answer = await fast.answer()
+    slow = await connect(server.base_url)
+    slow.writer.write(post(f"/runs/{slow_run}/v1/embeddings", body, "Transfer-Encoding: chunked"))
+    slow_answer = await slow.answer()
+    assert answered == [404] and comparable(fast_answer) == comparable(slow_answer)
+    assert b"unrecorded_embedding" in fast_answer[2]
+    for run in (fast_run, slow_run):
+        status, report = await http("DELETE", f"{server.base_url}/_mockllm/runs/{run}")
+        assert status == 200 and len(report["divergences"]) == 1  # type: ignore[index]

@@ -356,7 +356,10 @@ def create_app(suite: Suite, options: ServeOptions | None = None) -> web.Applica
     for root in ROOTS:
         for api in EMBEDDINGS_APIS:  # before the dialects': Gemini's `{model}:{verb}` would take its routes
             for route in api.routes:
-                routes.add(app, root + route, {"POST": server.embeddings.handler(api)}, api.dialect)
+                embeddings = server.embeddings.handler(api)
+                routes.add(app, root + route, {"POST": embeddings}, api.dialect)
+                if root == RUNS_ROOT:
+                    fast.embeddings_route(embeddings, api)
         for dialect in DIALECTS:
             for route in dialect.routes:
                 handler = server.model_route(dialect)

@@ -11,16 +11,17 @@ the provider's error shape naming the nearest recorded input, noted as a diverge
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from aiohttp import web
 
 from mockllm.dsh.names import EMBEDDINGS_FILE
 from mockllm.errors import RequestError
 from mockllm.hosting.bodies import read_body
-from mockllm.replay.journal import CallRecord
+from mockllm.replay.journal import CallRecord, RawHeaders
 from mockllm.replay.run import Run
-from mockllm.scenario.embeddings import input_text, short
+from mockllm.scenario.embeddings import EmbeddingCall, input_text, short
 from mockllm.server.events import Hub
 from mockllm.server.live import LiveCalls
 from mockllm.server.mock_errors import PASSED_ON, internal_error, mock_error, too_large
@@ -59,36 +60,73 @@ class EmbeddingsRoutes:
         body = await read_body(request, self.max_body)
         if body is None:
             return too_large(self.max_body, dialect)
-        # In the run's journal beside its model calls (the inspector lists them in a lane of their own).
-        record = run.journal.record(api.name, "embeddings", False, request.raw_headers, body)
-        record.script, record.kind = EMBEDDINGS_FILE, "embedding"
+        record = _journaled(api, run, request.raw_headers, body)
         try:
             response = await self._served(request, api, run, body, record)
         finally:
             record.done()
+        self._answered(run, record, response)
+        return response
+
+    def at_once(self, api: EmbeddingsAPI, run: Run, body: bytes, match_info: Mapping[str, str],
+                raw_headers: RawHeaders) -> web.Response:
+        """The answer for a run that records nothing (the recorded answer, or the miss), journaled as
+        the handler journals it: what the fast lane writes (`fast_calls`)."""
+        record = _journaled(api, run, raw_headers, body)
+        try:
+            decoded = self._decoded(api, run, body, match_info, record)
+            if isinstance(decoded, web.Response):
+                response = decoded
+            else:
+                response = self._recorded(api, run, *decoded, record) or self._missed(api, run, decoded[0], record)
+        finally:
+            record.done()
+        self._answered(run, record, response)
+        return response
+
+    def _answered(self, run: Run, record: CallRecord, response: web.StreamResponse) -> None:
         record.status = response.status
         if self.hub.watched:
             self.hub.touched(run.id)
-        return response
 
     async def _served(self, request: web.Request, api: EmbeddingsAPI, run: Run, body: bytes,
                       record: CallRecord) -> web.StreamResponse:
-        dialect = api.dialect
-        try:
-            call, decoded = api.read(body, request.match_info)
-        except RequestError as exc:
-            record.error = "invalid_request"
-            return mock_error(400, "invalid_request", f"run {run.id}: {exc}", dialect=dialect)
-        store = run.scenario.embeddings
-        if not run.recording and store is not None:  # a run recording from scratch asks the upstream every time
-            number = store.find(call, run.cwd)
-            if number is not None:
-                record.call = number
-                return web.Response(body=api.answer(store.recorded[number], decoded), content_type="application/json")
+        decoded = self._decoded(api, run, body, request.match_info, record)
+        if isinstance(decoded, web.Response):
+            return decoded
+        call, request_body = decoded
+        if not run.recording:  # a run recording from scratch asks the upstream every time
+            recorded = self._recorded(api, run, call, request_body, record)
+            if recorded is not None:
+                return recorded
         live = await self.live.embeddings(request, run, body, api)
         if live is not None:
             record.kind = "live"
             return live
+        return self._missed(api, run, call, record)
+
+    @staticmethod
+    def _decoded(api: EmbeddingsAPI, run: Run, body: bytes, match_info: Mapping[str, str],
+                 record: CallRecord) -> tuple[EmbeddingCall, Any] | web.Response:
+        try:
+            return api.read(body, match_info)
+        except RequestError as exc:
+            record.error = "invalid_request"
+            return mock_error(400, "invalid_request", f"run {run.id}: {exc}", dialect=api.dialect)
+
+    @staticmethod
+    def _recorded(api: EmbeddingsAPI, run: Run, call: EmbeddingCall, decoded: Any,
+                  record: CallRecord) -> web.Response | None:
+        store = run.scenario.embeddings
+        number = store.find(call, run.cwd) if store is not None else None
+        if number is None or store is None:
+            return None
+        record.call = number
+        return web.Response(body=api.answer(store.recorded[number], decoded), content_type="application/json")
+
+    @staticmethod
+    def _missed(api: EmbeddingsAPI, run: Run, call: EmbeddingCall, record: CallRecord) -> web.Response:
+        store = run.scenario.embeddings
         texts = [input_text(i) for i in call.inputs]
         got = short(" | ".join(texts))
         if store is None:
@@ -103,4 +141,12 @@ class EmbeddingsRoutes:
         return mock_error(404, "unrecorded_embedding", (
             f"run {run.id}: no recorded {api.name} request of scenario {run.scenario.name} has model {call.model} "
             f"and these {len(texts)} input(s): {got!r}; {hint}. Record it (mockllm record, or a run with "
-            "record_mode new_episodes)"), dialect=dialect)
+            "record_mode new_episodes)"), dialect=api.dialect)
+
+
+def _journaled(api: EmbeddingsAPI, run: Run, raw_headers: RawHeaders, body: bytes) -> CallRecord:
+    """The call's record in the run's journal, beside its model calls (the inspector lists them in
+    a lane of their own)."""
+    record = run.journal.record(api.name, "embeddings", False, raw_headers, body)
+    record.script, record.kind = EMBEDDINGS_FILE, "embedding"
+    return record

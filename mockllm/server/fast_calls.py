@@ -1,5 +1,6 @@
 """The server's fast lane (`hosting/fast_lane.py`): model calls to a run (`/runs/{run}/…`), every
-dialect's, answered by the connection itself when their answer is ready at once.
+dialect's, and its embeddings calls, answered by the connection itself when their answer is ready
+at once.
 
 The lane decides a call exactly as the model route's handler does (`MockServer.decide`: the same
 decoding, routing and run state) and writes the response that handler would (`OutcomeWriter.
@@ -24,9 +25,11 @@ from mockllm.replay.journal import CallRecord, RawHeaders
 from mockllm.replay.outcome import Outcome, Stream
 from mockllm.replay.run import Run
 from mockllm.replay.runs import Runs
+from mockllm.server.embeddings import EmbeddingsRoutes
 from mockllm.server.mock_errors import internal_error, mock_error
 from mockllm.server.streaming import OutcomeWriter
 from mockllm.wire.dialect import Dialect
+from mockllm.wire.embeddings import EmbeddingsAPI
 from mockllm.wire.request import Request
 
 
@@ -36,6 +39,7 @@ class CallServer(Protocol):
     runs: Runs
     max_body: int
     writer: OutcomeWriter
+    embeddings: EmbeddingsRoutes
 
     def decide(self, run: Run, dialect: Dialect, body: bytes, match_info: Mapping[str, str],
                headers: Mapping[str, str], raw_headers: RawHeaders) -> tuple[Request, Outcome] | web.Response: ...
@@ -56,6 +60,7 @@ class Route(NamedTuple):
     run: str
     dialect: Dialect
     match_info: dict[str, str]
+    embeddings: EmbeddingsAPI | None  # set: an embeddings call, not a model call
 
 
 def decided_for(request: web.Request) -> Decided | None:
@@ -75,10 +80,15 @@ class FastCalls:
         self.under = under
         self.prefix = under.canonical.partition("{")[0]  # `/runs/`: what every path it serves starts with
         self.dialects: dict[Handler, Dialect] = {}  # each model route's handler under `/runs/{run}`: its dialect
+        self.embeddings: dict[Handler, EmbeddingsAPI] = {}  # and each embeddings route's: its API
 
     def model_route(self, handler: Handler, dialect: Dialect) -> None:
         """`handler` serves `dialect`'s model calls under `/runs/{run}`: the lane answers for it."""
         self.dialects[handler] = dialect
+
+    def embeddings_route(self, handler: Handler, api: EmbeddingsAPI) -> None:
+        """`handler` serves `api`'s embeddings calls under `/runs/{run}`: the lane answers for it."""
+        self.embeddings[handler] = api
 
     def route(self, target: str) -> Route | None:
         """A POST to `target` is a model call to a run: its run id, dialect and path parameters
@@ -90,10 +100,13 @@ class FastCalls:
             path = URL.build(path=path, encoded=True).path_safe  # as aiohttp's router sees it
         run, slash, rest = path[len(self.prefix):].partition("/")
         found = self.under.find("/" + rest, "POST") if slash and "%" not in run else None
-        dialect = self.dialects.get(found[0]) if found is not None else None
-        if found is None or dialect is None:
+        if found is None:
             return None
-        return Route(path, run, dialect, {**found[1], "run": run})
+        api = self.embeddings.get(found[0])
+        dialect = api.dialect if api is not None else self.dialects.get(found[0])
+        if dialect is None:
+            return None
+        return Route(path, run, dialect, {**found[1], "run": run}, api)
 
     def answer(self, route: Route, headers: Mapping[str, str], raw_headers: RawHeaders, body: bytes,
                handler: FastHandler) -> bool:
@@ -105,6 +118,9 @@ class FastCalls:
             return False
         dialect = route.dialect
         try:
+            if route.embeddings is not None:  # answered from the recording, or a miss: nothing to wait for
+                handler.respond(server.embeddings.at_once(route.embeddings, run, body, route.match_info, raw_headers))
+                return True
             decision = server.decide(run, dialect, body, route.match_info, headers, raw_headers)
             if isinstance(decision, web.Response):
                 handler.respond(decision)
