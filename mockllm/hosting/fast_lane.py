@@ -223,14 +223,15 @@ def _parse_head(head: bytes) -> tuple[bytes, str, RawHeaders, int, bool] | None:
     return method, target.decode("utf-8", "surrogateescape"), tuple(raw), length or 0, keep_alive and length is not None
 
 
-_dated: list[Any] = [0, ""]  # the second it was formatted in, and the Date header's value
+_dated = (0, "")  # the second the Date header was last formatted in, and its value
 
 
 def _date() -> str:
+    global _dated
     now = int(time.time())
     if _dated[0] != now:
-        _dated[0], _dated[1] = now, formatdate(now, usegmt=True)
-    return str(_dated[1])
+        _dated = (now, formatdate(now, usegmt=True))
+    return _dated[1]
 
 
 def handler_class(app: web.Application) -> tuple[type[GuardedHandler], dict[str, Any]]:

@@ -59,30 +59,35 @@ class RoutesUnder(web.AbstractResource):
             self._plain[path] = endpoint
 
     async def resolve(self, request: web.Request) -> tuple[web.UrlMappingMatchInfo | None, set[str]]:
-        path = request.rel_url.path_safe
-        if not path.startswith(self._head):
+        found = self._locate(request.rel_url.path_safe)
+        if found is None:
             return None, set()
+        endpoint, match = found
+        route = endpoint.routes.get(request.method, endpoint.any)
+        if route is None:
+            return None, endpoint.allowed
+        return web.UrlMappingMatchInfo(match, route), endpoint.allowed
+
+    def match(self, path: str, method: str) -> tuple[Handler, dict[str, str]] | None:
+        """The handler of `method` at `path` (as `path_safe` has it) and its path parameters, the
+        root's included, as `resolve` finds them; None where no route of that method is."""
+        found = self._locate(path)
+        route = found[0].routes.get(method) if found is not None else None
+        return (route.handler, found[1]) if route is not None and found is not None else None
+
+    def _locate(self, path: str) -> tuple[_Endpoint, dict[str, str]] | None:
+        if not path.startswith(self._head):
+            return None
         cut = path.find("/", len(self._head))
         while cut != -1:  # the shortest root value first
             value = self._pattern.fullmatch(path, 0, cut)
             if value is not None:
                 found = self._find(path[cut:])
                 if found is not None:
-                    endpoint, match = found
-                    match[self._parameter] = _unquote(value.group(self._parameter))
-                    route = endpoint.routes.get(request.method, endpoint.any)
-                    if route is None:
-                        return None, endpoint.allowed
-                    return web.UrlMappingMatchInfo(match, route), endpoint.allowed
+                    found[1][self._parameter] = _unquote(value.group(self._parameter))
+                    return found
             cut = path.find("/", cut + 1)
-        return None, set()
-
-    def find(self, rest: str, method: str) -> tuple[Handler, dict[str, str]] | None:
-        """The handler of `method` at `rest` (a path below the root, as `path_safe` has it) and
-        its path parameters, as `resolve` finds them; None where no route of that method is."""
-        found = self._find(rest)
-        route = found[0].routes.get(method) if found is not None else None
-        return (route.handler, found[1]) if route is not None and found is not None else None
+        return None
 
     def _find(self, rest: str) -> tuple[_Endpoint, dict[str, str]] | None:
         endpoint = self._plain.get(rest)

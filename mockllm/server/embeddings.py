@@ -78,7 +78,8 @@ class EmbeddingsRoutes:
             if isinstance(decoded, web.Response):
                 response = decoded
             else:
-                response = self._recorded(api, run, *decoded, record) or self._missed(api, run, decoded[0], record)
+                call, request_body = decoded
+                response = self._recorded(api, run, call, request_body, record) or self._missed(api, run, call, record)
         finally:
             record.done()
         self._answered(run, record, response)
@@ -119,7 +120,7 @@ class EmbeddingsRoutes:
                   record: CallRecord) -> web.Response | None:
         store = run.scenario.embeddings
         number = store.find(call, run.cwd) if store is not None else None
-        if number is None or store is None:
+        if store is None or number is None:
             return None
         record.call = number
         return web.Response(body=api.answer(store.recorded[number], decoded), content_type="application/json")

@@ -78,7 +78,6 @@ class FastCalls:
     def __init__(self, server: CallServer, under: RoutesUnder) -> None:
         self.server = server
         self.under = under
-        self.prefix = under.canonical.partition("{")[0]  # `/runs/`: what every path it serves starts with
         self.dialects: dict[Handler, Dialect] = {}  # each model route's handler under `/runs/{run}`: its dialect
         self.embeddings: dict[Handler, EmbeddingsAPI] = {}  # and each embeddings route's: its API
 
@@ -91,22 +90,20 @@ class FastCalls:
         self.embeddings[handler] = api
 
     def route(self, target: str) -> Route | None:
-        """A POST to `target` is a model call to a run: its run id, dialect and path parameters
-        (as aiohttp's router would have them), or None."""
+        """A POST to `target` is a model or embeddings call to a run: its run id, dialect and path
+        parameters (as aiohttp's router would have them), or None."""
         path = target.partition("?")[0]  # no model route reads the query (Gemini's `alt=sse`)
-        if not path.startswith(self.prefix):
-            return None
         if "%" in path:
             path = URL.build(path=path, encoded=True).path_safe  # as aiohttp's router sees it
-        run, slash, rest = path[len(self.prefix):].partition("/")
-        found = self.under.find("/" + rest, "POST") if slash and "%" not in run else None
+        found = self.under.match(path, "POST")
         if found is None:
             return None
-        api = self.embeddings.get(found[0])
-        dialect = api.dialect if api is not None else self.dialects.get(found[0])
+        handler, match_info = found
+        api = self.embeddings.get(handler)
+        dialect = api.dialect if api is not None else self.dialects.get(handler)
         if dialect is None:
             return None
-        return Route(path, run, dialect, {**found[1], "run": run}, api)
+        return Route(path, match_info["run"], dialect, match_info, api)
 
     def answer(self, route: Route, headers: Mapping[str, str], raw_headers: RawHeaders, body: bytes,
                handler: FastHandler) -> bool:
