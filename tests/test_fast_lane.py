@@ -14,8 +14,8 @@ import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from mockllm.hosting import fast_lane, guard
-from mockllm.hosting.fast_lane import LANE, FastHandler
-from mockllm.server.fast_calls import Decided
+from mockllm.hosting.fast_lane import LANE
+from mockllm.server.fast_calls import Decided, FastCalls
 from tests.conftest import http, new_run
 from tests.logbuilder import RECORDINGS
 
@@ -26,15 +26,26 @@ ASK = json.dumps({"model": "m", "stream": True,
 
 @pytest.fixture
 def answered(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The status of every response the fast lane wrote."""
+    """The status of every response the fast lane wrote to a model or embeddings call (runs created
+    and ended through it aside: see `admin_answered`)."""
     seen: list[int] = []
-    original = FastHandler.respond
+    original, original_admin = fast_lane.write_response, FastCalls._admin
+    admin: list[bool] = []
 
-    def respond(self: FastHandler, response: object) -> bool:
-        seen.append(response.status)  # type: ignore[attr-defined]
-        return original(self, response)  # type: ignore[arg-type]
+    def write_response(transport: object, response: object) -> bool:
+        if not admin:
+            seen.append(response.status)  # type: ignore[attr-defined]
+        return original(transport, response)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(FastHandler, "respond", respond)
+    def _admin(self: FastCalls, *args: object) -> bool:
+        admin.append(True)
+        try:
+            return original_admin(self, *args)  # type: ignore[arg-type]
+        finally:
+            admin.pop()
+
+    monkeypatch.setattr(fast_lane, "write_response", write_response)
+    monkeypatch.setattr(FastCalls, "_admin", _admin)
     return seen
 
 
@@ -185,7 +196,7 @@ async def test_a_decision_whose_client_left_before_aiohttp_took_it_ends_as_a_str
     server = await serve(RECORDINGS / "text-turn")
     lane = server.runner.app[LANE]
     run, _ = await new_run(server.base_url, "text-turn", pace="1")
-    route = lane.route(f"/runs/{run}/v1/chat/completions")
+    route = lane.route("POST", f"/runs/{run}/v1/chat/completions")
 
     def decided() -> Decided:
         handler = SimpleNamespace(decided=None, respond=lambda response: pytest.fail("answered at once"))
@@ -227,3 +238,103 @@ async def test_an_embeddings_call_is_the_lanes_too_and_answered_as_aiohttp_answe
     for run in (fast_run, slow_run):
         status, report = await http("DELETE", f"{server.base_url}/_mockllm/runs/{run}")
         assert status == 200 and len(report["divergences"]) == 1  # type: ignore[index]
+
+
+def lane_connections(server: object) -> fast_lane.LaneConnections:
+    """The lane's connections of a server started by `serve` (those not yet aiohttp's)."""
+    (site,) = server.runner.sites  # type: ignore[attr-defined]
+    connections = site.connections
+    assert isinstance(connections, fast_lane.LaneConnections)
+    return connections
+
+
+async def test_a_connection_becomes_aiohttps_only_at_a_request_the_lane_does_not_answer(serve, connect, answered):
+    """A suite's connection carries one model call: it never costs aiohttp's connection machinery.
+    The first request the lane leaves to aiohttp makes the connection aiohttp's, and the lane still
+    answers the calls after it."""
+    server = await serve(RECORDINGS / "tool-loop")
+    run, _ = await new_run(server.base_url, "tool-loop")
+    connection = await connect(server.base_url)
+    call = post(f"/runs/{run}/v1/chat/completions", HI)
+    connection.writer.write(call)
+    assert (await connection.answer())[0] == b"HTTP/1.1 200 OK" and answered == [200]
+    assert isinstance(protocol_of(server, connection), fast_lane.LaneConnection)
+    connection.writer.write(b"GET /_mockllm/health HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert json.loads((await connection.answer())[2])["status"] == "ok"
+    assert isinstance(protocol_of(server, connection), fast_lane.FastHandler)
+    connection.writer.write(call)
+    assert (await connection.answer())[0] == b"HTTP/1.1 200 OK" and answered == [200, 200]
+
+
+def protocol_of(server: object, connection: Connection) -> object:
+    """The server's side of `connection`: a LaneConnection, or aiohttp's connection."""
+    address = connection.writer.get_extra_info("sockname")
+    sides = [*lane_connections(server).open, *server.runner.server.connections]  # type: ignore[attr-defined]
+    found = [side for side in sides if side.transport.get_extra_info("peername") == address]
+    assert len(found) == 1, found
+    return found[0]
+
+
+async def test_a_paced_call_on_a_new_connection_is_decided_once_and_written_by_aiohttp(serve, connect, answered):
+    """The lane decides it on a connection of its own, which becomes aiohttp's with the decision."""
+    server = await serve(RECORDINGS / "text-turn")
+    run, _ = await new_run(server.base_url, "text-turn", pace="1")
+    connection = await connect(server.base_url)
+    connection.writer.write(post(f"/runs/{run}/v1/chat/completions", ASK))
+    status, _, body = await connection.answer()
+    assert status == b"HTTP/1.1 200 OK" and b"[DONE]" in body and answered == []
+    status, state = await http("GET", f"{server.base_url}/_mockllm/runs/{run}")
+    assert status == 200 and len(state["journal"]) == 1, state  # type: ignore[index]
+
+
+async def test_runs_are_created_and_ended_through_the_lane_as_aiohttp_answers_them(serve, connect, monkeypatch):
+    """The two admin calls of every test: the same bytes as aiohttp's handlers write (a chunked
+    request is aiohttp's), an unknown run's 404 too."""
+    written: list[int] = []
+    original = fast_lane.write_response
+    monkeypatch.setattr(fast_lane, "write_response", lambda t, r: written.append(r.status) or original(t, r))
+    server = await serve(RECORDINGS / "text-turn")
+    create = json.dumps({"scenario": "text-turn"}).encode()
+    answers: dict[str, list[tuple[bytes, dict[str, str], bytes]]] = {"lane": [], "aiohttp": []}
+    for way, extra in (("lane", ()), ("aiohttp", ("Transfer-Encoding: chunked",))):
+        connection = await connect(server.base_url)
+        connection.writer.write(post("/_mockllm/runs", create, *extra))
+        answers[way].append(await connection.answer())
+        run = json.loads(answers[way][0][2])["run"]
+        for target in (f"/_mockllm/runs/{run}", "/_mockllm/runs/run-none"):
+            head = f"DELETE {target} HTTP/1.1\r\nHost: x\r\n" + "".join(f"{h}\r\n" for h in extra) + "\r\n"
+            connection.writer.write(head.encode() + (b"0\r\n\r\n" if extra else b""))
+            answers[way].append(await connection.answer())
+    assert written == [201, 200, 404], "the lane answered its three, aiohttp the chunked three"
+    assert [a[0] for a in answers["lane"]] == [b"HTTP/1.1 201 Created", b"HTTP/1.1 200 OK", b"HTTP/1.1 404 Not Found"]
+    assert [comparable(a) for a in answers["lane"]] == [comparable(a) for a in answers["aiohttp"]]
+    assert json.loads(answers["lane"][0][2])["base_url"] == "http://x/runs/run-1/v1"
+
+
+async def test_a_run_that_records_is_ended_by_aiohttps_handler(serve, connect, monkeypatch):
+    """Its recording is written as it ends, which takes time: the lane leaves its end to aiohttp."""
+    server = await serve(RECORDINGS / "text-turn")
+    run, _ = await new_run(server.base_url, "text-turn")
+    ended: list[str] = []
+    live = server.runner.app[LANE].server.live  # type: ignore[attr-defined]
+    monkeypatch.setattr(type(live), "records", lambda self, r: True)
+    original_end = type(live).end
+
+    async def end(self: object, r: object, discard: str | None = None) -> object:
+        ended.append(r.id)  # type: ignore[attr-defined]
+        return await original_end(self, r, discard)
+
+    monkeypatch.setattr(type(live), "end", end)
+    connection = await connect(server.base_url)
+    connection.writer.write(f"DELETE /_mockllm/runs/{run} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    assert (await connection.answer())[0] == b"HTTP/1.1 200 OK" and ended == [run]
+
+
+async def test_the_lanes_connections_are_closed_when_the_server_stops(serve, connect, answered):
+    server = await serve(RECORDINGS / "spawn-child")
+    run, _ = await new_run(server.base_url, "spawn-child")
+    connection = await connect(server.base_url)
+    connection.writer.write(post(f"/runs/{run}/v1/chat/completions", HI))
+    assert (await connection.answer())[0] == b"HTTP/1.1 200 OK" and answered == [200]
+    await server.close()
+    assert await asyncio.wait_for(connection.reader.read(), 10) == b""

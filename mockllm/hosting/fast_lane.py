@@ -9,15 +9,21 @@ CPU per call, where an asyncio protocol writing the same bytes costs 280: aiohtt
 objects, task hops and response machinery, run from a cold cache. The fast lane keeps the rest of
 aiohttp (its listening, its connection tracking and shutdown, the idle guard) and skips that.
 
-How: `FastHandler` is the server's connection (a `GuardedHandler`). It reads the requests that
-arrive as HTTP/1.1: a model call the lane can take (a POST with a `Content-Length` body, kept
-alive) goes, once whole, to the server's `Lane`, which answers it (`respond`: the whole response
-in one write, its head as aiohttp writes it) or declines it. Any other request it can delimit
-(no transfer or content coding, no `Expect`, no `Upgrade`), and one the lane declined, is handed
-to aiohttp whole, and the lane reads on once aiohttp has answered it: a client that creates runs
-and calls models on the same kept-alive connections keeps the lane. What it cannot delimit (a
-head in pieces, a chunked body, a late one, a request pipelined behind one aiohttp is answering)
-leaves the connection to aiohttp from that request on, as it always served.
+How: each connection starts as a `LaneConnection`, a bare asyncio protocol with none of aiohttp's
+per-connection machinery (its handler object and parser, a task, two timers): a suite's connection
+that carries one model call and closes costs the server that call's work and little more. It reads
+the requests that arrive as HTTP/1.1: a model call the lane can take (a POST with a `Content-Length`
+body, kept alive) goes, once whole, to the server's `Lane`, which answers it (`respond`: the whole
+response in one write, its head as aiohttp writes it) or declines it. The first request it does not
+answer makes the connection aiohttp's: a `FastHandler` (aiohttp's connection, a `GuardedHandler`)
+takes the transport over with what was read, and reads on the same way. Any request it can delimit
+(no transfer or content coding, no `Expect`, no `Upgrade`) that is not the lane's, and one the lane
+declined, is handed to aiohttp whole, and the lane reads on once aiohttp has answered it: a client
+that creates runs and calls models on the same kept-alive connections keeps the lane. What it
+cannot delimit (a head in pieces, a chunked body, a late one, a request pipelined behind one
+aiohttp is answering) leaves the connection to aiohttp from that request on, as it always served.
+`LaneConnections` keeps the guard's promises for the connections aiohttp never sees: closed once
+idle, closed to make room, closed when the server stops.
 """
 
 from __future__ import annotations
@@ -26,15 +32,17 @@ import asyncio
 import logging
 import re
 import time
+from collections.abc import Callable
 from email.utils import formatdate
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol, cast
 
 from aiohttp import web
 from aiohttp.http import SERVER_SOFTWARE
 from aiohttp.web_request import BaseRequest
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from mockllm.hosting.guard import GuardedHandler
+from mockllm.hosting import guard
+from mockllm.hosting.guard import Connections, GuardedHandler, Idle, close_idle_longest
 
 log = logging.getLogger("mockllm")
 
@@ -58,12 +66,12 @@ BODY_WAIT = 0.1  # well under the idle timeout: meanwhile the connection looks i
 class Lane(Protocol):
     """The server's side of the lane."""
 
-    def route(self, target: str) -> Any:
-        """What a POST to `target` (its request target, as sent) is to the lane, or None: not the
+    def route(self, method: str, target: str) -> Any:
+        """What a request for `target` (as sent) with `method` is to the lane, or None: not the
         lane's. Asked once its head is in, before its body is awaited."""
 
     def answer(self, route: Any, headers: CIMultiDictProxy[str], raw_headers: RawHeaders, body: bytes,
-               handler: FastHandler) -> bool:
+               handler: Responder) -> bool:
         """Answer the whole request through `handler.respond` (True), or decline it (False) for
         aiohttp to serve: nothing may have changed, save a decision it leaves on `handler.decided`."""
 
@@ -71,11 +79,80 @@ class Lane(Protocol):
         """A decision aiohttp's handler never took: its client left before the handler ran."""
 
 
+class Responder(Protocol):
+    """The connection a request came on, to the lane: a `LaneConnection` or a `FastHandler`."""
+
+    # What the lane decided for a request it declined, for aiohttp's handler to write (an answer
+    # that takes time: a hold, a pace, a fault's delay).
+    decided: object | None
+
+    def respond(self, response: web.Response) -> bool:
+        """Write `response` whole; False when the client has gone (nothing written)."""
+
+
 LANE: web.AppKey[Lane] = web.AppKey("mockllm_fast_lane", Lane)  # set by an app that has one
 
 
+class _Whole(NamedTuple):
+    """A whole request at the start of a connection's buffer."""
+
+    length: int  # the bytes it takes there, head and body
+    route: Any  # what it is to the lane; None: not the lane's
+    target: str
+    raw: RawHeaders
+    body: bytes
+
+
+def _next_request(buffer: bytearray, lane: Lane) -> _Whole | int | None:
+    """The request at the start of `buffer`: whole, 0 when the lane waits for its body, or None:
+    aiohttp reads the connection from this request on (one the lane cannot delimit, a head in
+    pieces, a body too large to wait for)."""
+    end = buffer.find(b"\r\n\r\n", 0, HEAD_LIMIT)
+    if end < 0:
+        return None  # a head in pieces (or too long)
+    head = _parse_head(bytes(buffer[:end]))
+    if head is None:
+        return None
+    method, target, raw, length, keep_alive = head
+    start = end + 4
+    whole = len(buffer) - start >= length
+    route = lane.route(method.decode("ascii"), target) if keep_alive else None
+    if not whole:
+        return 0 if route is not None and length <= BODY_LIMIT else None
+    return _Whole(start + length, route, target, raw, bytes(buffer[start:start + length]))
+
+
+def _answer(lane: Lane, request: _Whole, connection: Responder, transport: asyncio.Transport | None) -> bool | None:
+    """Whether the lane answered `request` (its route set); None: a bug in the lane ended the
+    connection, and nothing more is read from it."""
+    headers = CIMultiDictProxy(CIMultiDict(
+        (name.decode("latin-1"), value.decode("utf-8", "surrogateescape")) for name, value in request.raw))
+    try:
+        return lane.answer(request.route, headers, request.raw, request.body, connection)
+    except Exception:  # the lane answers its own errors; this is a bug in it: this connection ends
+        log.exception("internal error in the fast lane on POST %s", request.target)
+        if transport is not None:
+            transport.close()
+        return None
+
+
+def write_response(transport: asyncio.Transport | None, response: web.Response) -> bool:
+    """Write `response` (a bytes body) whole, as aiohttp would; False when the client has gone
+    (nothing written)."""
+    if transport is None or transport.is_closing():
+        return False
+    body = response.body
+    assert isinstance(body, bytes), "the fast lane writes bytes bodies only"
+    head = [f"HTTP/1.1 {response.status} {response.reason}"]
+    head += [f"{name}: {value}" for name, value in response.headers.items()]
+    head += [f"Content-Length: {len(body)}", f"Date: {_date()}", f"Server: {SERVER_SOFTWARE}", "\r\n"]
+    transport.write("\r\n".join(head).encode("latin-1") + body)
+    return True
+
+
 class FastHandler(GuardedHandler):
-    """A connection whose whole model calls go to `lane` first (see the module's docstring)."""
+    """An aiohttp connection whose whole model calls go to `lane` first (see the module's
+    docstring): what a `LaneConnection` becomes at the first request the lane does not answer."""
 
     def __init__(self, manager: Any, *, lane: Lane, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
@@ -88,6 +165,17 @@ class FastHandler(GuardedHandler):
         # What the lane decided for the request it handed to aiohttp, for aiohttp's handler to write
         # (an answer that takes time: a hold, a pace, a fault's delay); taken by that handler.
         self.decided: object | None = None
+
+    def take_over(self, buffer: bytes, handed: int, decided: object | None) -> None:
+        """Carry on a `LaneConnection` that became this one (connected already): `buffer` is what it
+        had read and not answered; its first `handed` bytes, when any, a request the lane declined,
+        for aiohttp to answer (with `decided`, what the lane decided for it)."""
+        self._buffer += buffer
+        if handed:
+            self.decided = decided
+            del self._buffer[:self._hand(handed)]
+        if self._buffer:
+            self.data_received(b"")
 
     def data_received(self, data: bytes) -> None:
         if self._aiohttp or self._force_close or self._close:
@@ -121,30 +209,14 @@ class FastHandler(GuardedHandler):
         """Serve the request at the start of `buffer`: the bytes it took (the lane answered it, or
         aiohttp was handed it whole), 0 when the lane waits for its body, or None: aiohttp reads
         the connection from this request on (one the lane cannot delimit, or whose body is late)."""
-        end = buffer.find(b"\r\n\r\n", 0, HEAD_LIMIT)
-        if end < 0:
-            return None  # a head in pieces (or too long)
-        head = _parse_head(bytes(buffer[:end]))
-        if head is None:
-            return None
-        method, target, raw, length, keep_alive = head
-        start = end + 4
-        whole = len(buffer) - start >= length
-        route = self._lane.route(target) if method == b"POST" and keep_alive else None
-        if route is None:
-            return self._hand(start + length) if whole else None
-        if not whole:
-            return 0 if length <= BODY_LIMIT else None
-        headers = CIMultiDictProxy(CIMultiDict(
-            (name.decode("latin-1"), value.decode("utf-8", "surrogateescape")) for name, value in raw))
-        try:
-            answered = self._lane.answer(route, headers, raw, bytes(buffer[start:start + length]), self)
-        except Exception:  # the lane answers its own errors; this is a bug in it: this connection ends
-            log.exception("internal error in the fast lane on POST %s", target)
-            if self.transport is not None:
-                self.transport.close()
-            return len(buffer)
-        return start + length if answered else self._hand(start + length)
+        request = _next_request(buffer, self._lane)
+        if request is None or request == 0:
+            return request
+        assert isinstance(request, _Whole)
+        answered = _answer(self._lane, request, self, self.transport) if request.route is not None else False
+        if answered is None:
+            return len(buffer)  # the connection ended
+        return request.length if answered else self._hand(request.length)
 
     def _hand(self, length: int) -> int:
         """Hand aiohttp the whole request at the start of the buffer, `length` bytes; the lane
@@ -172,29 +244,154 @@ class FastHandler(GuardedHandler):
         super().connection_lost(exc)
 
     def respond(self, response: web.Response) -> bool:
-        """Write `response` (a bytes body) whole, as aiohttp would; False when the client has gone
-        (nothing written). The connection stays open for the client's next request."""
-        transport = self.transport
-        if transport is None or transport.is_closing():
+        """Write `response` whole, as aiohttp would (`write_response`); the connection stays open
+        for the client's next request."""
+        if not write_response(self.transport, response):
             return False
-        body = response.body
-        assert isinstance(body, bytes), "the fast lane writes bytes bodies only"
-        head = [f"HTTP/1.1 {response.status} {response.reason}"]
-        head += [f"{name}: {value}" for name, value in response.headers.items()]
-        head += [f"Content-Length: {len(body)}", f"Date: {_date()}", f"Server: {SERVER_SOFTWARE}", "\r\n"]
-        transport.write("\r\n".join(head).encode("latin-1") + body)
         # Not idle: the guard's idle clock and aiohttp's keep-alive timer count from this answer.
         self._idle_since = None
         self._next_keepalive_close_time = self._loop.time() + self._keepalive_timeout
         return True
 
 
+class LaneConnection(asyncio.Protocol):
+    """A connection the lane reads alone, until a request it does not answer makes it a
+    `FastHandler` (see the module's docstring). Idle whenever it is not reading a request."""
+
+    def __init__(self, lane: Lane, connections: LaneConnections) -> None:
+        self._lane = lane
+        self._connections = connections
+        self.transport: asyncio.Transport | None = None
+        self._buffer = bytearray()  # a request not yet whole
+        self._waiting: asyncio.TimerHandle | None = None  # until its body is in, or goes to aiohttp
+        self.active = 0.0  # when it last read or answered (the loop's clock): idle since then
+        self.decided: object | None = None  # the lane's decision for the request aiohttp is handed
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.active = self._connections.loop.time()
+        self._connections.made(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self._waiting is not None:
+            self._waiting.cancel()
+            self._waiting = None
+        self._buffer += data
+        while self._buffer and self.transport is not None:
+            request = _next_request(self._buffer, self._lane)
+            if request == 0:  # its body is on its way: wait for it, but not for long
+                self._waiting = self._connections.loop.call_later(BODY_WAIT, self._become_aiohttp)
+                return
+            if not isinstance(request, _Whole) or request.route is None:
+                self._become_aiohttp()
+                return
+            self.decided = None
+            answered = _answer(self._lane, request, self, self.transport)
+            if answered is None:  # the connection ended
+                self._buffer.clear()
+                return
+            if not answered:
+                self._become_aiohttp(handed=request.length)
+                return
+            del self._buffer[:request.length]
+        self.active = self._connections.loop.time()
+
+    def _become_aiohttp(self, handed: int = 0) -> None:
+        """Make this connection aiohttp's (a `FastHandler`), with what was read: the first `handed`
+        bytes a request the lane declined, the rest for it to read as it reads everything."""
+        self._waiting = None
+        transport, self.transport = self.transport, None
+        self._connections.lost(self)
+        if transport is None or transport.is_closing():
+            return
+        handler = self._connections.aiohttp()
+        transport.set_protocol(handler)
+        handler.connection_made(transport)
+        buffer, self._buffer = bytes(self._buffer), bytearray()
+        decided, self.decided = self.decided, None
+        handler.take_over(buffer, handed, decided)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._waiting is not None:
+            self._waiting.cancel()
+            self._waiting = None
+        self.transport = None
+        self._connections.lost(self)
+
+    def respond(self, response: web.Response) -> bool:
+        """Write `response` whole, as aiohttp would (`write_response`)."""
+        return write_response(self.transport, response)
+
+    def idle_since(self) -> float | None:
+        return self.active if self.transport is not None else None
+
+    def close_now(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+class LaneConnections(Connections):
+    """A site's connections when its app has a lane: each starts as a `LaneConnection`, and
+    becomes a `FastHandler` (aiohttp's) when it must. Those not yet aiohttp's are kept here, to be
+    closed as the guard closes aiohttp's (`guard`): once idle for `IDLE_TIMEOUT` (checked a few
+    times per timeout by one timer for them all), the idle longest past `CONNECTIONS_KEPT`, and
+    every one when the site stops."""
+
+    # Set by factory(), once the site starts: the loop, a new aiohttp connection, and aiohttp's
+    # web_server.Server, whose connections count against the bound too.
+    loop: asyncio.AbstractEventLoop
+    aiohttp: Callable[[], FastHandler]
+    _server: Any
+
+    def __init__(self, lane: Lane) -> None:
+        super().__init__(FastHandler, {"lane": lane})
+        self.lane = lane
+        self.open: set[LaneConnection] = set()
+        self._sweep: asyncio.TimerHandle | None = None
+
+    def factory(self, server: Any) -> Callable[[], asyncio.BaseProtocol]:
+        self._server = server
+        self.loop = server._loop
+        self.aiohttp = cast(Callable[[], FastHandler], self.aiohttp_factory(server))
+        return lambda: LaneConnection(self.lane, self)
+
+    def made(self, connection: LaneConnection) -> None:
+        self.open.add(connection)
+        aiohttps: dict[GuardedHandler, Any] = self._server._connections
+        excess = len(self.open) + len(aiohttps) - guard.CONNECTIONS_KEPT
+        if excess > 0:
+            others: list[Idle] = [c for c in self.open if c is not connection]
+            close_idle_longest([*others, *aiohttps], excess, self.loop.time())
+        if self._sweep is None:
+            self._sweep = self.loop.call_later(guard.IDLE_TIMEOUT / 4, self._close_idle)
+
+    def lost(self, connection: LaneConnection) -> None:
+        self.open.discard(connection)
+
+    def _close_idle(self) -> None:
+        self._sweep = None
+        limit = guard.IDLE_TIMEOUT
+        now = self.loop.time()
+        for connection in [c for c in self.open if now - c.active >= limit]:
+            connection.close_now()
+        if self.open:
+            self._sweep = self.loop.call_later(limit / 4, self._close_idle)
+
+    def close(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
+        for connection in list(self.open):
+            connection.close_now()
+        self.open.clear()
+
+
 def _parse_head(head: bytes) -> tuple[bytes, str, RawHeaders, int, bool] | None:
     """A request's method, target, headers and body length from its head (without the blank
-    line), and whether the lane may answer it as to its connection (no `Connection` but
-    `keep-alive`); None for a request the lane cannot delimit or must leave to aiohttp from here on
-    (another version, a transfer or content coding, `Expect`, `Upgrade`, a head that is not
-    plainly well formed)."""
+    line; a request with no `Content-Length` has none), and whether the lane may answer it as to
+    its connection (no `Connection` but `keep-alive`); None for a request the lane cannot delimit
+    or must leave to aiohttp from here on (another version, a transfer or content coding,
+    `Expect`, `Upgrade`, a head that is not plainly well formed)."""
     lines = head.split(b"\r\n")
     if any(len(line) > MAX_LINE or _CONTROL.search(line) for line in lines):
         return None
@@ -220,7 +417,7 @@ def _parse_head(head: bytes) -> tuple[bytes, str, RawHeaders, int, bool] | None:
         elif lower == b"connection":
             keep_alive = value.lower() == b"keep-alive"
         raw.append((name, value))
-    return method, target.decode("utf-8", "surrogateescape"), tuple(raw), length or 0, keep_alive and length is not None
+    return method, target.decode("utf-8", "surrogateescape"), tuple(raw), length or 0, keep_alive
 
 
 _dated = (0, "")  # the second the Date header was last formatted in, and its value
@@ -234,10 +431,7 @@ def _date() -> str:
     return _dated[1]
 
 
-def handler_class(app: web.Application) -> tuple[type[GuardedHandler], dict[str, Any]]:
-    """The connection class for `app`'s server, and what it takes besides aiohttp's arguments."""
+def connections_for(app: web.Application) -> Connections:
+    """How `app`'s site makes its connections: through the lane, for an app that has one."""
     lane = app.get(LANE)
-    if lane is None:
-        return GuardedHandler, {}
-    return FastHandler, {"lane": lane}
-
+    return Connections() if lane is None else LaneConnections(lane)

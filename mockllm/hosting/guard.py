@@ -21,7 +21,8 @@ from __future__ import annotations
 import asyncio
 import resource
 import socket
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
@@ -59,13 +60,19 @@ class GuardedHandler(RequestHandler):
     def _make_room(self, connections: list[RequestHandler]) -> None:
         """Close the connections idle the longest (never one being answered, nor this new one) until
         CONNECTIONS_KEPT are open."""
-        idle = [c for c in connections if isinstance(c, GuardedHandler) and c is not self
-                and not c._request_in_progress and c.transport is not None]
-        idle.sort(key=lambda c: c._idle_since if c._idle_since is not None else self._loop.time())
-        for connection in idle[: len(connections) - CONNECTIONS_KEPT]:
-            connection.force_close()
-            if connection.transport is not None:
-                connection.transport.close()
+        close_idle_longest([c for c in connections if isinstance(c, GuardedHandler) and c is not self],
+                           len(connections) - CONNECTIONS_KEPT, self._loop.time())
+
+    def idle_since(self) -> float | None:
+        """When this connection went idle (None: a request is being answered, or it is closed)."""
+        if self._request_in_progress or self.transport is None:
+            return None
+        return self._idle_since if self._idle_since is not None else self._loop.time()
+
+    def close_now(self) -> None:
+        self.force_close()
+        if self.transport is not None:
+            self.transport.close()
 
     def _arm(self) -> None:
         # Checked a few times per timeout: one timer per connection, never one per byte received.
@@ -90,32 +97,74 @@ class GuardedHandler(RequestHandler):
         super().connection_lost(exc)
 
 
+class Idle(Protocol):
+    """A connection the guard may close to make room (`close_idle_longest`)."""
+
+    def idle_since(self) -> float | None:
+        """When it went idle; None: busy, or closed (never closed to make room)."""
+
+    def close_now(self) -> None: ...
+
+
+def close_idle_longest(connections: Iterable[Idle], excess: int, now: float) -> None:
+    """Close the `excess` connections idle the longest (never one being answered)."""
+    if excess <= 0:
+        return
+    idle = [(since, c) for c in connections if (since := c.idle_since()) is not None and since <= now]
+    idle.sort(key=lambda pair: pair[0])
+    for _, connection in idle[:excess]:
+        connection.close_now()
+
+
+class Connections:
+    """How a site makes its connections: each an aiohttp connection (`GuardedHandler`, or the
+    subclass `handler` made with `handler_kwargs` too). A subclass may make something lighter
+    first (the fast lane's `LaneConnections`); it closes what it made when the site stops."""
+
+    def __init__(self, handler: type[GuardedHandler] = GuardedHandler,
+                 handler_kwargs: dict[str, Any] | None = None) -> None:
+        self.handler = handler
+        self.handler_kwargs = handler_kwargs or {}
+
+    def aiohttp_factory(self, server: Any) -> Callable[[], GuardedHandler]:
+        """A new aiohttp connection of `server` (aiohttp's `web_server.Server`), each call."""
+        handler, kwargs = self.handler, {**server._kwargs, **self.handler_kwargs}
+        return lambda: handler(server, loop=server._loop, **kwargs)
+
+    def factory(self, server: Any) -> Callable[[], asyncio.BaseProtocol]:
+        """What the listening socket makes of each connection it accepts."""
+        return self.aiohttp_factory(server)
+
+    def close(self) -> None:
+        """The site stops: close what this made that aiohttp's shutdown does not know of."""
+
+
 class GuardedSite(web.TCPSite):
-    """A TCPSite whose connections are `GuardedHandler`s (aiohttp offers no handler class to set),
-    or `handler`, a subclass, made with `handler_kwargs` too; on `sock` when one is given (bound
-    and listening already), else on its host and port."""
+    """A TCPSite whose connections are made by `connections` (aiohttp offers no handler class to
+    set; by default each a `GuardedHandler`), on `sock` when one is given (bound and listening
+    already), else on its host and port."""
 
     def __init__(self, runner: web.BaseRunner, host: str, port: int, *, sock: socket.socket | None = None,
-                 handler: type[GuardedHandler] = GuardedHandler, handler_kwargs: dict[str, Any] | None = None) -> None:
+                 connections: Connections | None = None) -> None:
         super().__init__(runner, host, port)
         self._sock = sock
-        self._handler = handler
-        self._handler_kwargs = handler_kwargs or {}
+        self.connections = connections or Connections()
 
     async def start(self) -> None:
         await web.BaseSite.start(self)
         server: Any = self._runner.server
         assert server is not None
-
-        def handler() -> GuardedHandler:
-            return self._handler(server, loop=server._loop, **server._kwargs, **self._handler_kwargs)
-
+        factory = self.connections.factory(server)
         loop = asyncio.get_running_loop()
         if self._sock is not None:
-            self._server = await loop.create_server(handler, sock=self._sock, ssl=self._ssl_context,
+            self._server = await loop.create_server(factory, sock=self._sock, ssl=self._ssl_context,
                                                     backlog=self._backlog)
         else:
             self._server = await loop.create_server(
-                handler, self._host, self._port, ssl=self._ssl_context, backlog=self._backlog,
+                factory, self._host, self._port, ssl=self._ssl_context, backlog=self._backlog,
                 reuse_address=self._reuse_address, reuse_port=self._reuse_port)
         self._bound_port = self._server.sockets[0].getsockname()[1] if self._server.sockets else self._port
+
+    async def stop(self) -> None:
+        await super().stop()
+        self.connections.close()

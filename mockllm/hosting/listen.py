@@ -18,7 +18,7 @@ from aiohttp import web
 
 from mockllm.errors import MockllmError
 from mockllm.hosting import guard
-from mockllm.hosting.fast_lane import handler_class
+from mockllm.hosting.fast_lane import connections_for
 from mockllm.hosting.guard import GuardedSite
 from mockllm.hosting.log_rate import limit_repeats
 
@@ -77,8 +77,7 @@ async def listen(app: web.Application, host: str, port: int,
                            auto_decompress=False, keepalive_timeout=guard.IDLE_TIMEOUT)
     try:
         await runner.setup()
-        handler, handler_kwargs = handler_class(app)  # the fast lane, for an app that has one
-        site = GuardedSite(runner, host, port, sock=sock, handler=handler, handler_kwargs=handler_kwargs)
+        site = GuardedSite(runner, host, port, sock=sock, connections=connections_for(app))  # the lane's, if it has one
         try:
             await site.start()
         except OSError as exc:

@@ -15,6 +15,7 @@ from aiohttp import web
 from mockllm.errors import TOO_DEEP
 from mockllm.hosting.bodies import read_body
 from mockllm.options import RUN_FIELDS
+from mockllm.replay.report import RecordingReport
 from mockllm.replay.reporting import build_report, build_state
 from mockllm.replay.run import Run
 from mockllm.replay.runs import Runs, TooManyRuns
@@ -69,6 +70,11 @@ class Admin:
         raw = await read_body(request, self.max_body)
         if raw is None:
             return too_large(self.max_body)
+        return self.created(raw, base_url(request, ""))
+
+    def created(self, raw: bytes, origin: str) -> web.Response:
+        """The answer to `POST /_mockllm/runs` with body `raw`: the run created, or why not.
+        `origin`: the server's address as the client reached it (`http://host:port`)."""
         try:
             body = msgspec.json.decode(raw)
         except msgspec.DecodeError:
@@ -87,23 +93,42 @@ class Admin:
             return mock_error(429, "too_many_runs", str(exc))
         if not isinstance(run, Run):
             return run
-        return web.json_response({"run": run.id, "base_url": base_url(request, f"/runs/{run.id}/v1")}, status=201)
+        return web.json_response({"run": run.id, "base_url": f"{origin}/runs/{run.id}/v1"}, status=201)
 
     async def get_run(self, request: web.Request) -> web.Response:
         run = self.runs.get(request.match_info["run"])
         if run is None:
-            return mock_error(404, "unknown_run", f"unknown run {request.match_info['run']!r}")
+            return _unknown_run(request.match_info["run"])
         return _json(build_state(run))
 
     async def end_run(self, request: web.Request) -> web.Response:
         run = self.runs.end(request.match_info["run"])
         if run is None:
-            return mock_error(404, "unknown_run", f"unknown run {request.match_info['run']!r}")
+            return _unknown_run(request.match_info["run"])
         recording = await self.live.end(run, request.query.get("discard"))
-        report = build_report(run)  # after the recording: its calls' failures are in the run by then
-        if recording is not None:
-            report = msgspec.structs.replace(report, recording=recording)
-        return _json(report)
+        return _ended(run, recording)
+
+    def end_at_once(self, run_id: str) -> web.Response | None:
+        """`DELETE /_mockllm/runs/{run_id}` for a run that writes nothing as it ends (its report, or
+        404), or None: it records, and its end awaits the writing (`end_run`)."""
+        run = self.runs.get(run_id)
+        if run is None:
+            return _unknown_run(run_id)
+        if self.live.records(run):
+            return None
+        self.runs.end(run_id)
+        return _ended(run, None)
+
+
+def _unknown_run(run_id: str) -> web.Response:
+    return mock_error(404, "unknown_run", f"unknown run {run_id!r}")
+
+
+def _ended(run: Run, recording: RecordingReport | None) -> web.Response:
+    report = build_report(run)  # after the recording: its calls' failures are in the run by then
+    if recording is not None:
+        report = msgspec.structs.replace(report, recording=recording)
+    return _json(report)
 
 
 def _json(value: object) -> web.Response:

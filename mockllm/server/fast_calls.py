@@ -1,6 +1,8 @@
 """The server's fast lane (`hosting/fast_lane.py`): model calls to a run (`/runs/{run}/…`), every
 dialect's, and its embeddings calls, answered by the connection itself when their answer is ready
-at once.
+at once; and the two admin calls every test makes (`POST /_mockllm/runs`, `DELETE
+/_mockllm/runs/{run}`), when they write nothing (a run that records is ended by aiohttp's handler:
+its recording is written as it ends).
 
 The lane decides a call exactly as the model route's handler does (`MockServer.decide`: the same
 decoding, routing and run state) and writes the response that handler would (`OutcomeWriter.
@@ -19,12 +21,13 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from yarl import URL
 
-from mockllm.hosting.fast_lane import FastHandler
+from mockllm.hosting.fast_lane import FastHandler, Responder
 from mockllm.hosting.under_root import RoutesUnder
 from mockllm.replay.journal import CallRecord, RawHeaders
 from mockllm.replay.outcome import Outcome, Stream
 from mockllm.replay.run import Run
 from mockllm.replay.runs import Runs
+from mockllm.server.admin import Admin
 from mockllm.server.embeddings import EmbeddingsRoutes
 from mockllm.server.mock_errors import internal_error, mock_error
 from mockllm.server.streaming import OutcomeWriter
@@ -40,6 +43,7 @@ class CallServer(Protocol):
     max_body: int
     writer: OutcomeWriter
     embeddings: EmbeddingsRoutes
+    admin: Admin
 
     def decide(self, run: Run, dialect: Dialect, body: bytes, match_info: Mapping[str, str],
                headers: Mapping[str, str], raw_headers: RawHeaders) -> tuple[Request, Outcome] | web.Response: ...
@@ -61,6 +65,15 @@ class Route(NamedTuple):
     dialect: Dialect
     match_info: dict[str, str]
     embeddings: EmbeddingsAPI | None  # set: an embeddings call, not a model call
+
+
+class AdminCall(NamedTuple):
+    """`POST /_mockllm/runs` (`run` None) or `DELETE /_mockllm/runs/{run}`."""
+
+    run: str | None
+
+
+RUNS_PATH = "/_mockllm/runs"
 
 
 def decided_for(request: web.Request) -> Decided | None:
@@ -89,10 +102,15 @@ class FastCalls:
         """`handler` serves `api`'s embeddings calls under `/runs/{run}`: the lane answers for it."""
         self.embeddings[handler] = api
 
-    def route(self, target: str) -> Route | None:
-        """A POST to `target` is a model or embeddings call to a run: its run id, dialect and path
-        parameters (as aiohttp's router would have them), or None."""
-        path = target.partition("?")[0]  # no model route reads the query (Gemini's `alt=sse`)
+    def route(self, method: str, target: str) -> Route | AdminCall | None:
+        """A POST to `target` that is a model or embeddings call to a run: its run id, dialect and
+        path parameters (as aiohttp's router would have them); a run's creation or end: an
+        AdminCall; else None."""
+        path = target.partition("?")[0]  # no route of the lane's reads the query (Gemini's `alt=sse`)
+        if path.startswith(RUNS_PATH):
+            return _admin_call(method, path)
+        if method != "POST":
+            return None
         if "%" in path:
             path = URL.build(path=path, encoded=True).path_safe  # as aiohttp's router sees it
         found = self.under.match(path, "POST")
@@ -105,10 +123,12 @@ class FastCalls:
             return None
         return Route(path, match_info["run"], dialect, match_info, api)
 
-    def answer(self, route: Route, headers: Mapping[str, str], raw_headers: RawHeaders, body: bytes,
-               handler: FastHandler) -> bool:
+    def answer(self, route: Route | AdminCall, headers: Mapping[str, str], raw_headers: RawHeaders, body: bytes,
+               handler: Responder) -> bool:
         """Answer the call through `handler` (True), or leave it to aiohttp (False): before
         anything changed, or with its decision on `handler` for the model route's handler."""
+        if isinstance(route, AdminCall):
+            return self._admin(route, headers, body, handler)
         server = self.server
         run = server.runs.get(route.run)
         if run is None or run.recording or run.episodes or len(body) > server.max_body:
@@ -137,6 +157,20 @@ class FastCalls:
                                        dialect=dialect))
         return True
 
+    def _admin(self, call: AdminCall, headers: Mapping[str, str], body: bytes, handler: Responder) -> bool:
+        admin = self.server.admin
+        if call.run is None:
+            host = headers.get("Host")
+            if host is None or len(body) > self.server.max_body:
+                return False  # aiohttp's handler names the server its own way, and refuses the body
+            handler.respond(admin.created(body, f"http://{host}"))
+            return True
+        response = admin.end_at_once(call.run)  # `?discard=` is read by a run that records only: not here
+        if response is None:
+            return False
+        handler.respond(response)
+        return True
+
     def forget(self, decided: Decided) -> None:
         """A call decided here whose client left before the model route's handler ran: nothing of
         its answer was written, so it ends as a stream whose client left early ends (its retry
@@ -145,3 +179,14 @@ class FastCalls:
         if isinstance(outcome, Stream) and outcome.held is None:
             decided.run.left_early(outcome)
         self.server.call_done(decided.run, decided.dialect, outcome.record)
+
+
+def _admin_call(method: str, path: str) -> AdminCall | None:
+    """A run's creation or end, from a path under RUNS_PATH (a run id with an escape in it is left
+    to aiohttp's router to unescape)."""
+    if method == "POST" and path == RUNS_PATH:
+        return AdminCall(None)
+    run = path[len(RUNS_PATH) + 1:] if path[len(RUNS_PATH):len(RUNS_PATH) + 1] == "/" else ""
+    if method == "DELETE" and run and "/" not in run and "%" not in run:
+        return AdminCall(run)
+    return None

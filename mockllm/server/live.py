@@ -179,6 +179,10 @@ class LiveCalls:
             return None
         return await recording.embeddings(request, _under_root(request), body, api)
 
+    def records(self, run: Run) -> bool:
+        """Whether `run` has a recording to write as it ends (`end`)."""
+        return run.id in self.recordings
+
     async def end(self, run: Run, discard: str | None = None) -> RecordingReport | None:
         """The run ended: write its recording (unless `discard` says why not) and serve it from now on."""
         recording = self.recordings.pop(run.id, None)
