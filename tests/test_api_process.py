@@ -127,10 +127,10 @@ def test_admin_calls_share_one_kept_alive_connection_and_survive_its_close(srv: 
     connection = srv._connection
     assert isinstance(connection, AdminConnection)
     srv.run("text-turn").end(discard="not used")
-    first = connection._connection
-    assert first is not None and first.sock is not None
+    first = connection._socket
+    assert first is not None
     srv.run("text-turn").end(discard="not used")
-    assert connection._connection is first  # the same socket, kept alive
-    first.sock.shutdown(socket.SHUT_RDWR)  # a dead connection, as a server's keep-alive timeout leaves it
+    assert connection._socket is first  # the same socket, kept alive
+    first.shutdown(socket.SHUT_RDWR)  # a dead connection, as a server's keep-alive timeout leaves it
     srv.run("text-turn").end(discard="not used")  # sent again on a fresh connection
-    assert connection._connection is not first
+    assert connection._socket is not first
