@@ -14,7 +14,7 @@ import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from mockllm.hosting import fast_lane, guard
-from mockllm.hosting.fast_lane import LANE
+from mockllm.hosting.fast_lane import LANE, FastHandler
 from mockllm.server.fast_calls import Decided, FastCalls
 from tests.conftest import http, new_run
 from tests.logbuilder import RECORDINGS
@@ -163,6 +163,10 @@ async def test_a_late_body_goes_to_aiohttp_whose_body_timeout_answers_it(serve, 
     run, _ = await new_run(server.base_url, "spawn-child")
     connection = await connect(server.base_url)
     connection.writer.write(post(f"/runs/{run}/v1/chat/completions", HI)[:-5])
+    async with asyncio.timeout(5):
+        while not isinstance(side := protocol_of(server, connection), FastHandler):
+            await asyncio.sleep(0.005)
+    assert side._aiohttp, "aiohttp reads the late body at once: the lane waited for it once, not again"
     status, _, _ = await connection.answer()
     assert status.startswith(b"HTTP/1.1 408") and answered == []
 
