@@ -117,20 +117,28 @@ async def test_the_fast_lane_answers_byte_for_byte_as_aiohttp_does(serve, connec
     assert fast_answer[1]["date"] and fast_answer[1]["server"].startswith("Python/")
 
 
-async def test_a_request_that_arrives_in_pieces_or_pipelined_is_answered_in_order(serve, connect, answered):
+async def test_a_request_that_arrives_in_pieces_or_pipelined_is_answered_in_order(serve, connect, answered,
+                                                                                 monkeypatch):
     server = await serve(RECORDINGS / "spawn-child")
     run, _ = await new_run(server.base_url, "spawn-child")
+    heads: list[bytes] = []
+    parse = fast_lane._parse_head
+    monkeypatch.setattr(fast_lane, "_parse_head", lambda head: heads.append(head) or parse(head))
     connection = await connect(server.base_url)
     whole = post(f"/runs/{run}/v1/chat/completions", HI)
     head, _, body = whole.partition(b"\r\n\r\n")
     connection.writer.write(head + b"\r\n\r\n")  # as SDKs write: the head, then the body
     await connection.writer.drain()
     await asyncio.sleep(0.05)
-    connection.writer.write(body + whole + whole)  # ...then two more requests in the same write
+    connection.writer.write(body[:3])  # a body in pieces
+    await connection.writer.drain()
+    await asyncio.sleep(0.02)
+    connection.writer.write(body[3:] + whole + whole)  # ...then two more requests in the same write
     answers = [await connection.answer() for _ in range(3)]
     # the primary's two recorded calls, then past its end (410), in the order asked
     assert [a[0] for a in answers] == [b"HTTP/1.1 200 OK"] * 2 + [b"HTTP/1.1 410 Gone"]
     assert answered == [200, 200, 410]
+    assert heads == [head] * 3, "each head read once, though the first one's body came in two more reads"
     status, state = await http("GET", f"{server.base_url}/_mockllm/runs/{run}")
     assert status == 200 and len(state["journal"]) == 3  # type: ignore[index]
 

@@ -106,10 +106,30 @@ class _Whole(NamedTuple):
     body: bytes
 
 
-def _next_request(buffer: bytearray, lane: Lane) -> _Whole | int | None:
-    """The request at the start of `buffer`: whole, 0 when the lane waits for its body, or None:
-    aiohttp reads the connection from this request on (one the lane cannot delimit, a head in
-    pieces, a body too large to wait for)."""
+class _Head(NamedTuple):
+    """A request of the lane's whose head is in and whose body is on its way: kept while the lane
+    waits for the body, so that the head is read once (SDKs write a request's head and body
+    separately: most calls reach the server in two reads)."""
+
+    start: int  # where its body starts in the buffer
+    length: int  # head and body
+    route: Any
+    method: str
+    target: str
+    raw: RawHeaders
+
+    def whole(self, buffer: bytearray) -> _Whole | None:
+        """The request, once `buffer` holds all of it."""
+        if len(buffer) < self.length:
+            return None
+        body = bytes(buffer[self.start:self.length])
+        return _Whole(self.length, self.route, self.method, self.target, self.raw, body)
+
+
+def _next_request(buffer: bytearray, lane: Lane) -> _Whole | _Head | None:
+    """The request at the start of `buffer`: whole, its head when the lane waits for its body, or
+    None: aiohttp reads the connection from this request on (one the lane cannot delimit, a head
+    in pieces, a body too large to wait for)."""
     end = buffer.find(b"\r\n\r\n", 0, HEAD_LIMIT)
     if end < 0:
         return None  # a head in pieces (or too long)
@@ -122,7 +142,8 @@ def _next_request(buffer: bytearray, lane: Lane) -> _Whole | int | None:
     verb = method.decode("ascii")  # letters only (`_parse_head`)
     route = lane.route(verb, target) if keep_alive else None
     if not whole:
-        return 0 if route is not None and length <= BODY_LIMIT else None
+        return _Head(start, start + length, route, verb, target, raw) if route is not None and length <= BODY_LIMIT \
+            else None
     return _Whole(start + length, route, verb, target, raw, bytes(buffer[start:start + length]))
 
 
@@ -218,9 +239,10 @@ class FastHandler(GuardedHandler):
         aiohttp was handed it whole), 0 when the lane waits for its body, or None: aiohttp reads
         the connection from this request on (one the lane cannot delimit, or whose body is late)."""
         request = _next_request(buffer, self._lane)
-        if request is None or request == 0:
-            return request
-        assert isinstance(request, _Whole)
+        if request is None:
+            return None
+        if isinstance(request, _Head):
+            return 0
         answered = _answer(self._lane, request, self, self.transport) if request.route is not None else False
         if answered is None:
             return len(buffer)  # the connection ended
@@ -271,7 +293,8 @@ class LaneConnection(asyncio.Protocol):
         self._connections = connections
         self.transport: asyncio.Transport | None = None
         self._buffer = bytearray()  # a request not yet whole
-        self._waiting: asyncio.TimerHandle | None = None  # until its body is in, or goes to aiohttp
+        self._head: _Head | None = None  # its head, read, while its body is on its way...
+        self._waiting: asyncio.TimerHandle | None = None  # ...until it is in, or the request goes to aiohttp
         self.active = 0.0  # when it last read or answered (the loop's clock): idle since then
         self.decided: object | None = None  # the lane's decision for the request aiohttp is handed
 
@@ -281,16 +304,20 @@ class LaneConnection(asyncio.Protocol):
         self._connections.made(self)
 
     def data_received(self, data: bytes) -> None:
-        if self._waiting is not None:
-            self._waiting.cancel()
-            self._waiting = None
         self._buffer += data
         while self._buffer and self.transport is not None:
-            request = _next_request(self._buffer, self._lane)
-            if request == 0:  # its body is on its way: wait for it, but not for long
-                self._waiting = self._connections.loop.call_later(BODY_WAIT, self._become_aiohttp, 0, True)
+            head, self._head = self._head, None
+            request = head.whole(self._buffer) if head is not None else _next_request(self._buffer, self._lane)
+            if isinstance(request, _Head) or (request is None and head is not None):
+                # its body is on its way: wait for it, but not for long (BODY_WAIT from its head)
+                self._head = head or cast(_Head, request)
+                if self._waiting is None:
+                    self._waiting = self._connections.loop.call_later(BODY_WAIT, self._become_aiohttp, 0, True)
                 return
-            if not isinstance(request, _Whole) or request.route is None:
+            if self._waiting is not None:
+                self._waiting.cancel()
+                self._waiting = None
+            if request is None or request.route is None:
                 self._become_aiohttp()
                 return
             self.decided = None
@@ -308,7 +335,9 @@ class LaneConnection(asyncio.Protocol):
         """Make this connection aiohttp's (a `FastHandler`), with what was read: the first `handed`
         bytes a request the lane declined, the rest for it to read as it reads everything (`late`:
         all of it aiohttp's, a request whose body did not come in time at its start)."""
-        self._waiting = None
+        if self._waiting is not None:
+            self._waiting.cancel()
+        self._waiting, self._head = None, None
         transport, self.transport = self.transport, None
         self._connections.lost(self)
         if transport is None or transport.is_closing():
