@@ -141,10 +141,11 @@ def _next_request(buffer: bytearray, lane: Lane) -> _Whole | _Head | None:
     whole = len(buffer) - start >= length
     verb = method.decode("ascii")  # letters only (`_parse_head`)
     route = lane.route(verb, target) if keep_alive else None
-    if not whole:
-        return _Head(start, start + length, route, verb, target, raw) if route is not None and length <= BODY_LIMIT \
-            else None
-    return _Whole(start + length, route, verb, target, raw, bytes(buffer[start:start + length]))
+    if whole:
+        return _Whole(start + length, route, verb, target, raw, bytes(buffer[start:start + length]))
+    if route is None or length > BODY_LIMIT:
+        return None  # a body the lane does not wait for: aiohttp gathers it
+    return _Head(start, start + length, route, verb, target, raw)
 
 
 def _answer(lane: Lane, request: _Whole, connection: Responder, transport: asyncio.Transport | None) -> bool | None:
