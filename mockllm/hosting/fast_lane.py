@@ -400,7 +400,7 @@ class LaneConnections(Connections):
         excess = len(self.open) + len(aiohttps) - guard.CONNECTIONS_KEPT
         if excess > 0:
             others: list[Idle] = [c for c in self.open if c is not connection]
-            close_idle_longest([*others, *aiohttps], excess, self.loop.time())
+            close_idle_longest([*others, *aiohttps], excess)
         if self._sweep is None:
             self._sweep = self.loop.call_later(guard.IDLE_TIMEOUT / 4, self._close_idle)
 

@@ -61,7 +61,7 @@ class GuardedHandler(RequestHandler):
         """Close the connections idle the longest (never one being answered, nor this new one) until
         CONNECTIONS_KEPT are open."""
         close_idle_longest([c for c in connections if isinstance(c, GuardedHandler) and c is not self],
-                           len(connections) - CONNECTIONS_KEPT, self._loop.time())
+                           len(connections) - CONNECTIONS_KEPT)
 
     def idle_since(self) -> float | None:
         """When this connection went idle (None: a request is being answered, or it is closed)."""
@@ -106,11 +106,11 @@ class Idle(Protocol):
     def close_now(self) -> None: ...
 
 
-def close_idle_longest(connections: Iterable[Idle], excess: int, now: float) -> None:
+def close_idle_longest(connections: Iterable[Idle], excess: int) -> None:
     """Close the `excess` connections idle the longest (never one being answered)."""
     if excess <= 0:
         return
-    idle = [(since, c) for c in connections if (since := c.idle_since()) is not None and since <= now]
+    idle = [(since, c) for c in connections if (since := c.idle_since()) is not None]
     idle.sort(key=lambda pair: pair[0])
     for _, connection in idle[:excess]:
         connection.close_now()

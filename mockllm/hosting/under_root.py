@@ -72,8 +72,11 @@ class RoutesUnder(web.AbstractResource):
         """The handler of `method` at `path` (as `path_safe` has it) and its path parameters, the
         root's included, as `resolve` finds them; None where no route of that method is."""
         found = self._locate(path)
-        route = found[0].routes.get(method) if found is not None else None
-        return (route.handler, found[1]) if route is not None and found is not None else None
+        if found is None:
+            return None
+        endpoint, match = found
+        route = endpoint.routes.get(method)
+        return None if route is None else (route.handler, match)
 
     def _locate(self, path: str) -> tuple[_Endpoint, dict[str, str]] | None:
         if not path.startswith(self._head):

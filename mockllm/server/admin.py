@@ -26,6 +26,8 @@ from mockllm.server.mock_errors import mock_error, too_large
 from mockllm.wire import DEFAULT
 from mockllm.wire.dialect import Dialect
 
+RUNS_PATH = "/_mockllm/runs"  # POST creates a run; RUNS_PATH/{run}: GET its state, DELETE ends it
+
 
 def base_url(request: web.Request, path: str) -> str:
     return f"{request.scheme}://{request.host}{path}"

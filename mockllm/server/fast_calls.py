@@ -27,7 +27,7 @@ from mockllm.replay.journal import CallRecord, RawHeaders
 from mockllm.replay.outcome import Outcome, Stream
 from mockllm.replay.run import Run
 from mockllm.replay.runs import Runs
-from mockllm.server.admin import Admin
+from mockllm.server.admin import RUNS_PATH, Admin
 from mockllm.server.embeddings import EmbeddingsRoutes
 from mockllm.server.mock_errors import internal_error, mock_error
 from mockllm.server.streaming import OutcomeWriter
@@ -73,9 +73,6 @@ class AdminCall(NamedTuple):
     run: str | None
 
 
-RUNS_PATH = "/_mockllm/runs"
-
-
 def decided_for(request: web.Request) -> Decided | None:
     """The lane's decision for this request, if it made one (taken: it is written once)."""
     handler = request.protocol
@@ -86,7 +83,8 @@ def decided_for(request: web.Request) -> Decided | None:
 
 
 class FastCalls:
-    """The `Lane` of a server: `route` and `answer`, for the runs' model routes under `under`."""
+    """The `Lane` of a server: `route` and `answer`, for the runs' model and embeddings routes
+    under `under`, and for creating and ending runs."""
 
     def __init__(self, server: CallServer, under: RoutesUnder) -> None:
         self.server = server
@@ -186,7 +184,7 @@ def _admin_call(method: str, path: str) -> AdminCall | None:
     to aiohttp's router to unescape)."""
     if method == "POST" and path == RUNS_PATH:
         return AdminCall(None)
-    run = path[len(RUNS_PATH) + 1:] if path[len(RUNS_PATH):len(RUNS_PATH) + 1] == "/" else ""
-    if method == "DELETE" and run and "/" not in run and "%" not in run:
+    run = path.removeprefix(RUNS_PATH + "/")
+    if method == "DELETE" and run and run != path and "/" not in run and "%" not in run:
         return AdminCall(run)
     return None
