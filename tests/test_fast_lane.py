@@ -20,6 +20,8 @@ from tests.conftest import http, new_run
 from tests.logbuilder import RECORDINGS
 
 HI = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+HEALTH = b"GET /_mockllm/health HTTP/1.1\r\nHost: x\r\n\r\n"
+SCENARIOS = b"GET /_mockllm/scenarios HTTP/1.1\r\nHost: x\r\n\r\n"  # aiohttp's: the lane leaves it
 ASK = json.dumps({"model": "m", "stream": True,
                   "messages": [{"role": "user", "content": "Greet the replay server in one short sentence."}]}).encode()
 
@@ -117,6 +119,20 @@ async def test_the_fast_lane_answers_byte_for_byte_as_aiohttp_does(serve, connec
     assert fast_answer[1]["date"] and fast_answer[1]["server"].startswith("Python/")
 
 
+async def test_the_health_check_is_the_lanes_and_answered_as_aiohttp_answers_it(serve, connect, answered):
+    server = await serve(RECORDINGS / "text-turn")
+    await new_run(server.base_url, "text-turn")
+    fast, slow = await connect(server.base_url), await connect(server.base_url)
+    fast.writer.write(HEALTH)
+    fast_answer = await fast.answer()
+    assert isinstance(protocol_of(server, fast), fast_lane.LaneConnection)
+    slow.writer.write(HEALTH.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n"))  # aiohttp's
+    status, headers, body = await slow.answer()
+    assert headers.pop("connection") == "close"
+    assert comparable(fast_answer) == comparable((status, headers, body))
+    assert json.loads(fast_answer[2]) == {"status": "ok", "scenarios": 1, "broken": 0, "runs": 1}
+
+
 async def test_a_request_that_arrives_in_pieces_or_pipelined_is_answered_in_order(serve, connect, answered,
                                                                                  monkeypatch):
     server = await serve(RECORDINGS / "spawn-child")
@@ -148,14 +164,14 @@ async def test_requests_the_lane_leaves_to_aiohttp_keep_their_order_and_the_lane
     run, _ = await new_run(server.base_url, "tool-loop")
     connection = await connect(server.base_url)
     call = post(f"/runs/{run}/v1/chat/completions", HI)
-    health = b"GET /_mockllm/health HTTP/1.1\r\nHost: x\r\n\r\n"
-    connection.writer.write(health)  # aiohttp's, then the lane reads on
-    assert json.loads((await connection.answer())[2])["status"] == "ok"
+    listed = SCENARIOS
+    connection.writer.write(listed)  # aiohttp's, then the lane reads on
+    assert "scenarios" in json.loads((await connection.answer())[2])
     connection.writer.write(call)
     assert (await connection.answer())[0] == b"HTTP/1.1 200 OK" and answered == [200]
-    connection.writer.write(health + call)  # pipelined behind aiohttp's answer: aiohttp's too, in order
+    connection.writer.write(listed + call)  # pipelined behind aiohttp's answer: aiohttp's too, in order
     answers = [await connection.answer() for _ in range(2)]
-    assert json.loads(answers[0][2])["status"] == "ok" and answers[1][0] == b"HTTP/1.1 200 OK"
+    assert "scenarios" in json.loads(answers[0][2]) and answers[1][0] == b"HTTP/1.1 200 OK"
     assert answered == [200]
     connection.writer.write(call + call)  # from then on, aiohttp reads the connection
     assert [(await connection.answer())[0] for _ in range(2)] == [b"HTTP/1.1 200 OK"] * 2
@@ -261,9 +277,10 @@ def lane_connections(server: object) -> fast_lane.LaneConnections:
 
 
 async def test_a_connection_becomes_aiohttps_only_at_a_request_the_lane_does_not_answer(serve, connect, answered):
-    """A suite's connection carries one model call: it never costs aiohttp's connection machinery.
-    The first request the lane leaves to aiohttp makes the connection aiohttp's, and the lane still
-    answers the calls after it."""
+    """A suite's connection carries one model call: it never costs aiohttp's connection machinery;
+    nor does an xdist worker's admin connection, whose first request is a health check. The first
+    request the lane leaves to aiohttp makes the connection aiohttp's, and the lane still answers
+    the calls after it."""
     server = await serve(RECORDINGS / "tool-loop")
     run, _ = await new_run(server.base_url, "tool-loop")
     connection = await connect(server.base_url)
@@ -271,8 +288,11 @@ async def test_a_connection_becomes_aiohttps_only_at_a_request_the_lane_does_not
     connection.writer.write(call)
     assert (await connection.answer())[0] == b"HTTP/1.1 200 OK" and answered == [200]
     assert isinstance(protocol_of(server, connection), fast_lane.LaneConnection)
-    connection.writer.write(b"GET /_mockllm/health HTTP/1.1\r\nHost: x\r\n\r\n")
+    connection.writer.write(HEALTH)  # the lane's too
     assert json.loads((await connection.answer())[2])["status"] == "ok"
+    assert isinstance(protocol_of(server, connection), fast_lane.LaneConnection)
+    connection.writer.write(SCENARIOS)
+    assert "scenarios" in json.loads((await connection.answer())[2])
     assert isinstance(protocol_of(server, connection), fast_lane.FastHandler)
     connection.writer.write(call)
     assert (await connection.answer())[0] == b"HTTP/1.1 200 OK" and answered == [200, 200]

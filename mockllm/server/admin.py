@@ -27,6 +27,7 @@ from mockllm.wire import DEFAULT
 from mockllm.wire.dialect import Dialect
 
 RUNS_PATH = "/_mockllm/runs"  # POST creates a run; RUNS_PATH/{run}: GET its state, DELETE ends it
+HEALTH_PATH = "/_mockllm/health"
 
 
 def base_url(request: web.Request, path: str) -> str:
@@ -53,6 +54,10 @@ class Admin:
         self.live = live
 
     async def health(self, request: web.Request) -> web.Response:
+        return self.healthy()
+
+    def healthy(self) -> web.Response:
+        """The answer to `GET /_mockllm/health`: up, and what it serves."""
         return web.json_response({"status": "ok", "scenarios": len(self.suite.scenarios),
                                   "broken": len(self.suite.broken), "runs": len(self.runs)})
 

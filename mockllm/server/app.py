@@ -32,7 +32,7 @@ from mockllm.replay.routing import header_session
 from mockllm.replay.run import Run
 from mockllm.replay.runs import Runs
 from mockllm.scenario.load import Suite
-from mockllm.server.admin import RUNS_PATH, Admin, scenario_error
+from mockllm.server.admin import HEALTH_PATH, RUNS_PATH, Admin, scenario_error
 from mockllm.server.embeddings import EmbeddingsRoutes
 from mockllm.server.events import Hub
 from mockllm.server.fast_calls import FastCalls, decided_for
@@ -372,7 +372,7 @@ def create_app(suite: Suite, options: ServeOptions | None = None) -> web.Applica
         routes.add(app, base + COUNT_TOKENS, {"POST": server.count_tokens}, ANTHROPIC)
         routes.add(app, base + "/models", {"GET": server.models})
     admin = server.admin
-    routes.add(app, "/_mockllm/health", {"GET": admin.health})
+    routes.add(app, HEALTH_PATH, {"GET": admin.health})
     routes.add(app, "/_mockllm/scenarios", {"GET": admin.scenarios})
     routes.add(app, RUNS_PATH, {"POST": admin.create_run, "GET": server.inspector.list_runs})
     routes.add(app, RUNS_PATH + "/{run}", {"GET": admin.get_run, "DELETE": admin.end_run})

@@ -1,8 +1,10 @@
 """The server's fast lane (`hosting/fast_lane.py`): model calls to a run (`/runs/{run}/…`), every
 dialect's, and its embeddings calls, answered by the connection itself when their answer is ready
-at once; and the two admin calls every test makes (`POST /_mockllm/runs`, `DELETE
+at once; the two admin calls every test makes (`POST /_mockllm/runs`, `DELETE
 /_mockllm/runs/{run}`), when they write nothing (a run that records is ended by aiohttp's handler:
-its recording is written as it ends).
+its recording is written as it ends); and the health check (`GET /_mockllm/health`), which an
+xdist worker makes first on the connection it then makes every admin call on: answered by aiohttp,
+it made that connection aiohttp's for good.
 
 The lane decides a call exactly as the model route's handler does (`MockServer.decide`: the same
 decoding, routing and run state) and writes the response that handler would (`OutcomeWriter.
@@ -27,7 +29,7 @@ from mockllm.replay.journal import CallRecord, RawHeaders
 from mockllm.replay.outcome import Outcome, Stream
 from mockllm.replay.run import Run
 from mockllm.replay.runs import Runs
-from mockllm.server.admin import RUNS_PATH, Admin
+from mockllm.server.admin import HEALTH_PATH, RUNS_PATH, Admin
 from mockllm.server.embeddings import EmbeddingsRoutes
 from mockllm.server.mock_errors import internal_error, mock_error
 from mockllm.server.streaming import OutcomeWriter
@@ -68,9 +70,11 @@ class Route(NamedTuple):
 
 
 class AdminCall(NamedTuple):
-    """`POST /_mockllm/runs` (`run` None) or `DELETE /_mockllm/runs/{run}`."""
+    """`POST /_mockllm/runs` (`run` None), `DELETE /_mockllm/runs/{run}`, or `GET /_mockllm/health`
+    (`health`)."""
 
     run: str | None
+    health: bool = False
 
 
 def decided_for(request: web.Request) -> Decided | None:
@@ -102,9 +106,11 @@ class FastCalls:
 
     def route(self, method: str, target: str) -> Route | AdminCall | None:
         """A POST to `target` that is a model or embeddings call to a run: its run id, dialect and
-        path parameters (as aiohttp's router would have them); a run's creation or end: an
-        AdminCall; else None."""
+        path parameters (as aiohttp's router would have them); a run's creation or end, or the
+        health check: an AdminCall; else None."""
         path = target.partition("?")[0]  # no route of the lane's reads the query (Gemini's `alt=sse`)
+        if path == HEALTH_PATH:
+            return AdminCall(None, health=True) if method == "GET" else None
         if path.startswith(RUNS_PATH):
             return _admin_call(method, path)
         if method != "POST":
@@ -157,6 +163,9 @@ class FastCalls:
 
     def _admin(self, call: AdminCall, headers: Mapping[str, str], body: bytes, handler: Responder) -> bool:
         admin = self.server.admin
+        if call.health:
+            handler.respond(admin.healthy())
+            return True
         if call.run is None:
             host = headers.get("Host")
             if host is None or len(body) > self.server.max_body:
