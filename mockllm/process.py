@@ -7,28 +7,42 @@ costs a switch. In a process of its own the server runs on another core while th
 answers; the test pays only for its HTTP calls, as it would against any real provider.
 
 The protocol between the two is private and small:
-- the parent starts `python -m mockllm.process` with the folder and the `ServeOptions` pickled on
-  its stdin (both sides are this package: nothing else writes that pipe), and, when it chose the
-  address itself, the file descriptor of a socket it bound and listens on, inherited by the child
-  (the pytest plugin under xdist: the workers get the address before the server has started);
+- the parent starts `python -m mockllm.process`, whose stdin is one end of a socket pair: its
+  control channel. The child makes the server's imports first (most of a start's cost), then reads
+  its orders there: the folder and the `ServeOptions`, pickled (both sides are this package:
+  nothing else writes that channel), with a length before them, and, when the parent chose the
+  address itself, a socket it bound and listens on, passed along with them (the pytest plugin under
+  xdist: the workers get the address before the server has started);
 - the child loads, listens, and prints one JSON line: `{"url": …}`, or `{"error": …, "kind": …}`
   when it cannot start (the parent raises it as the thread would have);
-- the child serves until its stdin closes: the parent closing it, or the parent dying for any
-  reason, so a killed test run leaves no server behind;
+- the child serves until its control channel closes: the parent closing it, or the parent dying for
+  any reason, so a killed test run leaves no server behind;
 - the child's log records come back as JSON lines on its stderr and are logged again in the parent
   under the same logger names and levels, where pytest's log capture sees them as before.
+
+A spare (`start_spare`): a child started before its orders are known, which makes its imports
+meanwhile. The pytest plugin starts one while pytest is still loading its plugins and conftests
+(one core busy, the other idle), and the session's server, launched later, is that child: its
+start no longer competes with the tests, or with xdist's workers starting, for the cores. A spare
+is taken only by a launch from the same environment and folder it was started in; one never taken
+is stopped (`drop_spare`). A launch sends its orders alike to a spare and to a child it starts
+itself. The channel is a socket pair and a listening socket passes over it (SCM_RIGHTS): POSIX, as
+the inherited descriptor it replaces was.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
 import pickle
 import socket
+import struct
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -41,6 +55,99 @@ ERRORS: dict[str, type[Exception]] = {"NotAScenarioError": NotAScenarioError, "T
                                       "ValueError": ValueError}
 
 
+_ORDERS_LENGTH = struct.Struct(">I")  # before the pickled orders on the control channel
+# What the child imports to serve: most of its start (aiohttp alone is a third), made before its orders.
+SERVING = ("mockllm.hosting.listen", "mockllm.scenario.collector", "mockllm.server.running", "mockllm.starting")
+
+
+@dataclass
+class _Child:
+    """A started `python -m mockllm.process`: its control channel, and the thread relaying its logs."""
+
+    proc: subprocess.Popen[bytes]
+    control: socket.socket
+    logs: threading.Thread
+    env: dict[str, str] = field(repr=False)
+    cwd: str
+
+    @classmethod
+    def start(cls) -> _Child:
+        env, cwd = _child_env(), os.getcwd()
+        control, theirs = socket.socketpair()
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "mockllm.process"], stdin=theirs.fileno(),
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        except BaseException:
+            control.close()
+            raise
+        finally:
+            theirs.close()  # the child's end is the child's: its EOF must come when ours closes
+        assert proc.stderr is not None
+        logs = threading.Thread(target=_relay_logs, args=(proc.stderr,), name="mockllm-server-logs", daemon=True)
+        logs.start()
+        return cls(proc, control, logs, env, cwd)
+
+    def order(self, path: Path | None, options: ServeOptions, sock: socket.socket | None) -> None:
+        """Send the child what to serve, and the socket it listens on when the parent bound it."""
+        orders = pickle.dumps((path, options))
+        data = _ORDERS_LENGTH.pack(len(orders)) + orders
+        sent = socket.send_fds(self.control, [data], [sock.fileno()]) if sock is not None else 0
+        if sent < len(data):  # not once they are all sent: a child that cannot start may be gone already
+            self.control.sendall(data[sent:])
+
+    def stop(self) -> None:
+        """Close the control channel (the child's signal to stop) and wait for it; kill it if it hangs."""
+        self.control.close()
+        proc = self.proc
+        try:
+            proc.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        self.logs.join(timeout=STOP_TIMEOUT)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+_spare: _Child | None = None  # started ahead of a launch (start_spare)
+
+
+def start_spare() -> None:
+    """Start a child before anything knows what it will serve: it makes the server's imports while
+    the caller goes on, and the next `ServerProcess.launch` from the same environment and folder
+    takes it. A spare started already stays."""
+    global _spare
+    if _spare is None:
+        _spare = _Child.start()
+
+
+def drop_spare() -> None:
+    """Stop the spare, if one was started and nothing took it."""
+    global _spare
+    spare, _spare = _spare, None
+    if spare is not None:
+        spare.stop()
+
+
+def _take_spare() -> _Child | None:
+    """The spare, for a launch from the environment and folder it was started in; else none (a
+    spare from another is stopped: it would serve with what the caller has since changed)."""
+    global _spare
+    spare, _spare = _spare, None
+    if spare is None:
+        return None
+    if spare.proc.poll() is None and _same(spare.env, _child_env()) and spare.cwd == os.getcwd():
+        return spare
+    spare.stop()
+    return None
+
+
+def _same(env: dict[str, str], now: dict[str, str]) -> bool:
+    """Whether a spare started with `env` may serve a launch from `now`: the same, but for pytest's
+    note of the test phase running (it changes with every phase; no server reads it)."""
+    return {**env, "PYTEST_CURRENT_TEST": ""} == {**now, "PYTEST_CURRENT_TEST": ""}
+
+
 class ServerProcess:
     """The parent's side: start the child, learn its URL, stop it."""
 
@@ -48,8 +155,7 @@ class ServerProcess:
         self.path = path.resolve() if path is not None else None
         self.options = options
         self.sock = sock  # a listening socket handed to the child (closed here once it has its own)
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._logs: threading.Thread | None = None
+        self._child: _Child | None = None
 
     def start(self, timeout: float, start_error: type[MockllmError]) -> str:
         """Start the child and return its base URL; a child that cannot start raises what the
@@ -58,30 +164,24 @@ class ServerProcess:
         return self.wait(timeout, start_error)
 
     def launch(self) -> None:
-        """Start the child without waiting for it: it loads and binds while the caller goes on."""
-        fd = self.sock.fileno() if self.sock is not None else None
-        proc = subprocess.Popen([sys.executable, "-m", "mockllm.process"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_child_env(),
-                                pass_fds=(fd,) if fd is not None else ())
-        if self.sock is not None:
-            # The child has its own copy: were it to die, the port must refuse, not queue connections.
-            self.sock.close()
-            self.sock = None
-        self._proc = proc
-        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-        self._logs = threading.Thread(target=_relay_logs, args=(proc.stderr,), name="mockllm-server-logs",
-                                      daemon=True)
-        self._logs.start()
+        """Start the child without waiting for it: it loads and binds while the caller goes on. The
+        spare, when there is one this launch may take, is the child."""
+        child = _take_spare() or _Child.start()
+        self._child = child
         try:
-            proc.stdin.write(pickle.dumps((self.path, self.options, fd)))
-            proc.stdin.flush()
+            child.order(self.path, self.options, self.sock)
         except BaseException:
             self.stop()
             raise
+        finally:
+            if self.sock is not None:
+                # The child has its own copy: were it to die, the port must refuse, not queue connections.
+                self.sock.close()
+                self.sock = None
 
     def wait(self, timeout: float, start_error: type[MockllmError]) -> str:
         """The launched child's base URL, once it listens (see `start`)."""
-        proc = self._proc
+        proc = self._child.proc if self._child is not None else None
         if proc is None or proc.stdout is None:
             raise start_error("the server process was not launched")
         try:
@@ -100,24 +200,10 @@ class ServerProcess:
         return str(ready["url"])
 
     def stop(self) -> None:
-        """Close the child's stdin (its signal to stop) and wait for it; kill it if it hangs."""
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        try:
-            if proc.stdin is not None:
-                proc.stdin.close()
-        except OSError:
-            pass  # already gone
-        try:
-            proc.wait(timeout=STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if self._logs is not None:
-            self._logs.join(timeout=STOP_TIMEOUT)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        """Stop the child (see `_Child.stop`)."""
+        child, self._child = self._child, None
+        if child is not None:
+            child.stop()
 
 
 def _child_env() -> dict[str, str]:
@@ -165,7 +251,8 @@ def _say(out: IO[str], **fields: Any) -> None:
     out.flush()
 
 
-async def _serve(path: Path | None, options: ServeOptions, out: IO[str], sock: socket.socket | None) -> None:
+async def _serve(path: Path | None, options: ServeOptions, out: IO[str], sock: socket.socket | None,
+                 control: socket.socket) -> None:
     import asyncio
 
     from mockllm.scenario.collector import paused
@@ -184,10 +271,14 @@ async def _serve(path: Path | None, options: ServeOptions, out: IO[str], sock: s
         settle_memory()
     loop = asyncio.get_running_loop()
     closed = asyncio.Event()
-    # The parent's stdin pipe: EOF when it closes it or dies. A thread reads it: a pipe on stdin
-    # is not always selectable the same way on every loop.
-    threading.Thread(target=lambda: (sys.stdin.buffer.read(), loop.call_soon_threadsafe(closed.set)),
-                     daemon=True).start()
+    # The control channel: EOF when the parent closes it or dies. A thread waits for it, as for
+    # the pipe it was before: nothing of the loop's is spent on it.
+    def watch() -> None:
+        while control.recv(1 << 12):
+            pass
+        loop.call_soon_threadsafe(closed.set)
+
+    threading.Thread(target=watch, daemon=True).start()
     _say(out, url=server.base_url)
     try:
         await closed.wait()
@@ -195,17 +286,38 @@ async def _serve(path: Path | None, options: ServeOptions, out: IO[str], sock: s
         await server.close()
 
 
+def _orders(control: socket.socket) -> tuple[Path | None, ServeOptions, socket.socket | None] | None:
+    """What to serve, and the listening socket when the parent bound it; None: the parent closed
+    the channel with no orders (a spare nothing took)."""
+    data, fds, _, _ = socket.recv_fds(control, 1 << 16, 1)
+    head = _ORDERS_LENGTH.size
+    while len(data) < head or len(data) < head + _ORDERS_LENGTH.unpack_from(data)[0]:
+        more = control.recv(1 << 16)
+        if not more:
+            for fd in fds:
+                os.close(fd)
+            return None
+        data += more
+    path, options = pickle.loads(data[head:])
+    return path, options, socket.socket(fileno=fds[0]) if fds else None
+
+
 def main() -> int:
-    path, options, fd = pickle.load(sys.stdin.buffer)
-    sock = socket.socket(fileno=fd) if fd is not None else None  # listening already: the parent chose the address
+    for module in SERVING:  # before the orders: a spare makes them while its parent is still busy
+        importlib.import_module(module)
+    from mockllm.hosting.listen import run_main
+
+    control = socket.socket(fileno=sys.stdin.fileno())
+    orders = _orders(control)
+    if orders is None:
+        return 0
+    path, options, sock = orders
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_JsonLines())
     logging.basicConfig(level=options.log_level.upper(), handlers=[handler])
     out = sys.stdout
     sys.stdout = sys.stderr  # nothing else may write the parent's ready line's pipe
-    from mockllm.hosting.listen import run_main
-
-    run_main(_serve(path, options, out, sock))
+    run_main(_serve(path, options, out, sock, control))
     return 0
 
 

@@ -18,7 +18,10 @@ Glue only, over the Python API (`mockllm.api`):
   process`, ini `mockllm_server_mode`, the default), so it does not share the tests' interpreter
   lock; when the recordings folder exists it is launched as the session starts, so it loads while
   pytest collects, and stopped after collection if no collected test uses it; `thread` runs it in
-  a thread of the test process, as `mockllm.Server` does by default.
+  a thread of the test process, as `mockllm.Server` does by default. Earlier still, as pytest
+  loads its plugins, a spare server process is started when the session will likely need one (see
+  `pytest_plugin_registered`): it makes the server's imports on a core pytest leaves idle, and the
+  session's server is that process.
 - Every serve option is also `--mockllm-<flag>` and ini `mockllm_<name>`, generated from
   `ServeOptions`; the command line wins over the ini file. The port defaults to 0 (a free one).
 - A test whose run fails leaves the run's one-file HTML report (the inspector's view of it) in
@@ -31,6 +34,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import socket
+import sys
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -98,6 +103,50 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             parser.addini(kwargs["dest"], "mockllm: " + kwargs["help"], type="string")
 
 
+def pytest_plugin_registered(plugin: object) -> None:
+    """pytest's configuration, as soon as this plugin sees it: while pytest loads its plugins (it
+    registers this one among them), long before it reads conftests, configures, and starts the
+    session. When the session will likely launch a server process (`pytest_sessionstart`), a spare
+    one starts now and makes the server's imports (most of its start) on a core that pytest, busy
+    with its own start, leaves idle; the launch then takes it. Measured on 2 x 200 x 5 (-n 2): the
+    server's start no longer delays xdist's workers (see docs/benchmarks.md)."""
+    if isinstance(plugin, pytest.Config) and _likely_to_serve(plugin):
+        from mockllm.process import start_spare
+
+        with contextlib.suppress(OSError):
+            start_spare()  # else the session launches its server as ever
+
+
+def _likely_to_serve(config: pytest.Config) -> bool:
+    """Whether the session will likely launch a server process, judged before the command line's
+    mockllm options are parsed (the ini file and pytest's own options are read by then). A wrong
+    guess costs a spare's imports, on an idle core, and it is stopped as the session starts."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or not hasattr(socket, "send_fds"):
+        return False  # a worker uses its controller's server; the spare needs to be passed a socket
+    try:
+        known = config.known_args_namespace
+        if known.collectonly or known.help or known.version:
+            return False
+        if str(config.getini(SERVER_MODE) or "process").strip() != "process":
+            return False
+        folder = _configured_recordings(config)
+    except (AttributeError, ValueError):
+        return False  # registered before pytest read its configuration: no guess
+    given = any(arg.startswith("--mockllm-recordings") for arg in config.invocation_params.args)
+    return given or folder.is_dir()
+
+
+def _drop_spare() -> None:
+    """Stop a spare server process the session did not take (there is none if its module was never imported)."""
+    process = sys.modules.get("mockllm.process")
+    if process is not None:
+        process.drop_spare()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _drop_spare()  # a session that never started (--help, a usage error)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
     config.stash[RECORDED] = []
@@ -110,8 +159,15 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Launch the server process now, when this project has recordings to serve: it starts (a
     Python start, its imports, loading the recordings) while pytest collects, instead of while the
-    first test waits. Stopped again after collection if no collected test uses it."""
-    config = session.config
+    first test waits. Stopped again after collection if no collected test uses it. The launch
+    takes the spare started as pytest loaded its plugins; a spare it did not take is stopped."""
+    try:
+        _launch(session.config)
+    finally:
+        _drop_spare()
+
+
+def _launch(config: pytest.Config) -> None:
     if server_mode(config) != "process" or config.option.collectonly or _shared_url(config):
         return  # a worker of xdist's: the controller's server is its own
     path = recordings_path(config)
@@ -223,6 +279,12 @@ def recordings_path(config: pytest.Config) -> Path:
     flag = config.getoption(RECORDINGS)
     if flag:
         return Path(config.invocation_params.dir, flag)
+    return _configured_recordings(config)
+
+
+def _configured_recordings(config: pytest.Config) -> Path:
+    """Where the recordings are when no flag says: the ini option (relative to the ini file), else
+    `recordings/` under the rootdir."""
     ini = config.getini(RECORDINGS)
     if ini:
         return Path(config.inipath.parent if config.inipath else config.rootpath, ini)

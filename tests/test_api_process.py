@@ -20,8 +20,10 @@ import openai
 import pytest
 
 import mockllm
+from mockllm import process
 from mockllm.errors import NotAScenarioError
 from mockllm.hosting.admin_client import AdminConnection
+from mockllm.shared_server import SharedServer, attach
 from tests.test_api import RECORDINGS, USER, WARN, port_is_free
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,3 +136,74 @@ def test_admin_calls_share_one_kept_alive_connection_and_survive_its_close(srv: 
     first.shutdown(socket.SHUT_RDWR)  # a dead connection, as a server's keep-alive timeout leaves it
     srv.run("text-turn").end(discard="not used")  # sent again on a fresh connection
     assert connection._socket is not first
+
+
+def server_children() -> set[int]:
+    """This process's children that are mockllm server processes (a spare among them)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"mockllm.process" in cmdline:
+            found.add(int(entry.name))
+    return found
+
+
+@pytest.fixture
+def spare() -> Any:
+    """A spare server process, started by the test; the process it is (stopped after the test if
+    nothing took it)."""
+    before = server_children()
+    process.start_spare()
+    (pid,) = server_children() - before
+    yield pid
+    process.drop_spare()
+
+
+def test_a_spare_is_the_next_launch_and_serves(spare: int) -> None:
+    before = server_children()
+    with mockllm.Server(RECORDINGS / "text-turn", process=True, **WARN) as server, server.run("text-turn") as run, \
+            openai.OpenAI(base_url=run.base_url, api_key="x", max_retries=0) as client:
+        assert server_children() == before, "no process started: the spare is the server"
+        reply = client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+        assert reply.choices[0].message.content == "Hello from the recorded model!"
+    assert spare not in server_children(), "stopped with the server"
+
+
+def test_a_spare_takes_the_listening_socket_its_launch_bound(spare: int) -> None:
+    """The xdist controller's server: the address is known before the spare even has its orders."""
+    before = server_children()
+    shared = SharedServer(RECORDINGS / "text-turn", dict(WARN))
+    try:
+        assert server_children() == before
+        server = attach(shared.url, RECORDINGS / "text-turn", dict(WARN))
+        with server.run("text-turn") as run, openai.OpenAI(base_url=run.base_url, api_key="x", max_retries=0) as client:
+            reply = client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+            assert reply.choices[0].message.content == "Hello from the recorded model!"
+        server.stop()
+        assert shared.failure is None
+    finally:
+        shared.stop()
+
+
+def test_a_spare_from_another_environment_is_stopped_and_not_used(spare: int,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A conftest that sets a variable after the spare started: the server must see it."""
+    monkeypatch.setenv("MOCKLLM_TEST_CHANGED", "1")
+    with mockllm.Server(RECORDINGS / "text-turn", process=True, **WARN):
+        assert spare not in server_children(), "the spare was stopped, and another process serves"
+        assert process._spare is None
+
+
+def test_a_spare_nothing_takes_ends_without_a_word(capfd: pytest.CaptureFixture[str]) -> None:
+    before = server_children()
+    process.start_spare()
+    (pid,) = server_children() - before
+    child = process._spare
+    assert child is not None
+    process.drop_spare()
+    assert pid not in server_children() and child.proc.returncode == 0
+    assert "Traceback" not in capfd.readouterr().err

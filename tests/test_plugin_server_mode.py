@@ -102,3 +102,36 @@ def test_without_mockllm():
     assert servers() == []  # collection found no test that uses it: stopped before the tests ran
 ''')
     pytester.runpytest().assert_outcomes(passed=1)
+
+
+CONFTEST = CHILDREN + '''
+def pytest_configure(config):
+    Path("seen.txt").write_text(",".join(servers()))  # before the session starts: a spare, if any
+'''
+
+
+@pytest.mark.parametrize("folder", ["recorded", "none"])
+def test_a_spare_starts_as_pytest_loads_its_plugins_and_is_the_sessions_server(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, folder: str) -> None:
+    """Before any conftest is configured, when the session has recordings to serve (and not when it
+    has none); the session's server is then that very process."""
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # this suite's own worker: see _likely_to_serve
+    where = RECORDINGS if folder == "recorded" else pytester.path / "nowhere"
+    make_ini(pytester, f"mockllm_recordings = {where}", "mockllm_divergence = warn")
+    pytester.makeconftest(CONFTEST)
+    seen = 'at_configure = [pid for pid in Path("seen.txt").read_text().split(",") if pid]'
+    if folder == "none":
+        pytester.makepyfile(CHILDREN + f"""
+def test_no_spare():
+    {seen}
+    assert at_configure == []
+""")
+    else:
+        pytester.makepyfile(PRELUDE + CHILDREN + f"""
+@pytest.mark.mockllm("text-turn")
+def test_served_by_the_spare(mockllm_run):
+    {seen}
+    assert call(mockllm_run).choices[0].message.content == "Hello from the recorded model!"
+    assert len(at_configure) == 1 and servers() == at_configure
+""")
+    pytester.runpytest().assert_outcomes(passed=1)
