@@ -24,6 +24,7 @@ from mockllm import process
 from mockllm.errors import NotAScenarioError
 from mockllm.hosting.admin_client import AdminConnection
 from mockllm.shared_server import SharedServer, attach
+from tests.server_children import server_children
 from tests.test_api import RECORDINGS, USER, WARN, port_is_free
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,20 +137,6 @@ def test_admin_calls_share_one_kept_alive_connection_and_survive_its_close(srv: 
     first.shutdown(socket.SHUT_RDWR)  # a dead connection, as a server's keep-alive timeout leaves it
     srv.run("text-turn").end(discard="not used")  # sent again on a fresh connection
     assert connection._socket is not first
-
-
-def server_children() -> set[int]:
-    """This process's children that are mockllm server processes (a spare among them)."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
-        except (OSError, ValueError):
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"mockllm.process" in cmdline:
-            found.add(int(entry.name))
-    return found
 
 
 @pytest.fixture

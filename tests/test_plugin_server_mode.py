@@ -66,21 +66,13 @@ def test_a(mockllm_run):
 
 
 CHILDREN = '''
-import os
 from pathlib import Path
 
+from tests.server_children import server_children
+
 def servers():
-    """This process's children that are mockllm server processes."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
-        except (OSError, ValueError):
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"mockllm.process" in cmdline:
-            found.append(entry.name)
-    return found
+    """This process's children that are mockllm server processes, as sorted pid strings."""
+    return sorted(str(pid) for pid in server_children())
 '''
 
 
