@@ -4,7 +4,6 @@ failing test's report file, each a name a file system can hold, the same in ever
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import os
 import re
 from pathlib import Path
@@ -46,6 +45,8 @@ def kept(part: str, whole: str | None = None) -> str:
     names: `scenario.load.name_problem`; file systems allow 255 bytes)."""
     if len(part.encode()) <= NAME_KEPT:
         return part
+    import hashlib  # here: its OpenSSL binding is 2-3 ms of every pytest start that imports the plugin
+
     cut = part.encode()[:NAME_KEPT].decode("utf-8", "ignore")
     return cut + "-" + hashlib.blake2b((part if whole is None else whole).encode(), digest_size=6).hexdigest()
 
