@@ -36,7 +36,7 @@ import os
 import shlex
 import socket
 import sys
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -93,14 +93,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini(SERVER_MODE, "where mockllm_server runs: process (default) or thread")
     group.addoption("--mockllm-record-in-ci", dest=RECORD_IN_CI, action="store_true", default=False,
                     help="allow a record mode other than none when the CI environment variable is set")
-    for flag, kwargs in argument_specs(PREFIX):
-        repeat = kwargs.get("action") == "append"
-        # None, not the field's default: an option not given on the command line falls back to the ini.
-        group.addoption(flag, **{**kwargs, "default": [] if repeat else None, "help": "mockllm: " + kwargs["help"]})
-        if repeat:
+    for flag, kwargs in _serve_flags():
+        group.addoption(flag, **{**kwargs, "help": "mockllm: " + kwargs["help"]})
+        if kwargs.get("action") == "append":
             parser.addini(kwargs["dest"], "mockllm: " + kwargs["help"], type="args")
         else:
             parser.addini(kwargs["dest"], "mockllm: " + kwargs["help"], type="string")
+
+
+def _serve_flags() -> list[tuple[str, dict[str, Any]]]:
+    """The serve options' flags, defaulting to None (or no value given): one not given falls back to the ini."""
+    return [(flag, {**kwargs, "default": [] if kwargs.get("action") == "append" else None})
+            for flag, kwargs in argument_specs(PREFIX)]
 
 
 def pytest_plugin_registered(plugin: object) -> None:
@@ -301,10 +305,16 @@ def server_mode(config: pytest.Config) -> str:
 
 def serve_options(config: pytest.Config) -> dict[str, Any]:
     """The serve options given by flag or ini, by field name (what `mockllm.Server` takes)."""
+    return _serve_options(config, config.getoption)
+
+
+def _serve_options(config: pytest.Config, flag: Callable[[str], Any]) -> dict[str, Any]:
+    """The serve options given by flag (`flag(dest)`: the flag's value, None or [] when not given)
+    or ini, by field name."""
     options: dict[str, Any] = {}
     for _, kwargs in argument_specs(PREFIX):
         dest, name = kwargs["dest"], kwargs["dest"].removeprefix(PREFIX.replace("-", "_"))
-        given = config.getoption(dest) or config.getini(dest)
+        given = flag(dest) or config.getini(dest)
         if given not in (None, "", []):
             options[name] = kwargs["type"](given) if "type" in kwargs and isinstance(given, str) else given
     return options

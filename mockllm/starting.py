@@ -16,6 +16,8 @@ from mockllm.errors import MockllmError
 from mockllm.options import ServeOptions
 
 if TYPE_CHECKING:
+    from aiohttp import web
+
     from mockllm.scenario.load import Suite
     from mockllm.server.running import RunningServer
 
@@ -40,10 +42,22 @@ def load_to_serve(path: PathLike | None, options: ServeOptions) -> Suite:
     return suite
 
 
+def prepare(suite: Suite, options: ServeOptions) -> web.Application:
+    """The server of `suite`, built but not listening: what `start_prepared` serves."""
+    from mockllm.server.running import build_app
+
+    return build_app(suite, options)
+
+
 async def start(suite: Suite, options: ServeOptions, sock: socket.socket | None = None) -> RunningServer:
-    from mockllm.server.running import start_server
+    return await start_prepared(prepare(suite, options), options, sock)
+
+
+async def start_prepared(app: web.Application, options: ServeOptions,
+                         sock: socket.socket | None = None) -> RunningServer:
+    from mockllm.server.running import serve_app
 
     try:
-        return await start_server(suite, options, sock=sock)
+        return await serve_app(app, options, sock=sock)
     except OSError as exc:
         raise ServerStartError(f"cannot listen on {options.host}:{options.port}: {exc.strerror or exc}") from exc

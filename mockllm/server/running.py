@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from aiohttp import web
+
 from mockllm.errors import MockllmError
 from mockllm.hosting.listen import CannotListen, listen, run_main, serve_until_signalled
 from mockllm.hosting.listen import RunningServer as RunningServer  # the Python API and tests take it from here
@@ -36,8 +38,17 @@ async def start_server(suite: Suite, options: ServeOptions | None = None, *, soc
     An address that cannot be bound raises CannotListen (an OSError). `sock`: a listening socket
     to serve on instead of binding the options' host and port (`listen`)."""
     options = (options or ServeOptions()).replace(**changes)
+    return await serve_app(build_app(suite, options), options, sock=sock)
+
+
+def build_app(suite: Suite, options: ServeOptions) -> web.Application:
+    """The server of `suite`, built (its calls rendered as `--warm` says) but not yet listening."""
     with paused():  # rendering every recorded call (`--warm`) builds objects that live as long as loading's
-        app = create_app(suite, options)
+        return create_app(suite, options)
+
+
+async def serve_app(app: web.Application, options: ServeOptions, *, sock: socket.socket | None = None) -> RunningServer:
+    """Serve an app `build_app` built, on `options`' host and port or on `sock` (see `start_server`)."""
     runner, port = await listen(app, options.host, options.port, sock)
     running = RunningServer(runner, options.host, port)
     app[SERVER_KEY].runs.origin = running.base_url  # the address its refusals' advice names
