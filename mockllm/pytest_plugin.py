@@ -31,6 +31,7 @@ Glue only, over the Python API (`mockllm.api`):
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import shlex
@@ -42,7 +43,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
-from mockllm.options import RUN_FIELDS, argument_specs
+from mockllm.options import RUN_FIELDS, ServeOptions, argument_specs, in_process
 from mockllm.plugin_names import report_name, scenario_for
 
 if TYPE_CHECKING:
@@ -113,12 +114,14 @@ def pytest_plugin_registered(plugin: object) -> None:
     session. When the session will likely launch a server process (`pytest_sessionstart`), a spare
     one starts now and makes the server's imports (most of its start) on a core that pytest, busy
     with its own start, leaves idle; the launch then takes it. Measured on 2 x 200 x 5 (-n 2): the
-    server's start no longer delays xdist's workers (see docs/benchmarks.md)."""
+    server's start no longer delays xdist's workers (see docs/benchmarks.md). The spare is also told
+    what the launch will likely order (`_expected_orders`), and loads it meanwhile: the launch's
+    orders are served from that load only if they are the same and the folder has not changed."""
     if isinstance(plugin, pytest.Config) and _likely_to_serve(plugin):
         from mockllm.process import start_spare
 
         with contextlib.suppress(OSError):
-            start_spare()  # else the session launches its server as ever
+            start_spare(_expected_orders(plugin))  # else the session launches its server as ever
 
 
 def _likely_to_serve(config: pytest.Config) -> bool:
@@ -138,6 +141,31 @@ def _likely_to_serve(config: pytest.Config) -> bool:
         return False  # registered before pytest read its configuration: no guess
     given = any(arg.startswith("--mockllm-recordings") for arg in config.invocation_params.args)
     return given or folder.is_dir()
+
+
+class _Guess(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise ValueError(message)  # not argparse's exit: a guess that cannot be made is no guess
+
+
+def _expected_orders(config: pytest.Config) -> tuple[Path, ServeOptions] | None:
+    """What `_launch` will likely order the server process to serve: the recordings folder
+    (resolved) and the serve options, from the ini file and the command line read as pytest will
+    read them (it has not yet: its plugins are loading). None when they cannot be told."""
+    parser = _Guess(add_help=False, allow_abbrev=False)
+    parser.add_argument("--mockllm-recordings", dest=RECORDINGS, default=None)
+    for flag, kwargs in _serve_flags():
+        parser.add_argument(flag, **{**kwargs, "help": argparse.SUPPRESS})
+    args = [*shlex.split(os.environ.get("PYTEST_ADDOPTS", "")), *config.getini("addopts"),
+            *config.invocation_params.args]
+    try:
+        given, _ = parser.parse_known_args(args)
+        options = in_process(**_serve_options(config, lambda dest: getattr(given, dest)))
+    except (TypeError, ValueError):
+        return None
+    flag = getattr(given, RECORDINGS)
+    path = Path(config.invocation_params.dir, flag) if flag else _configured_recordings(config)
+    return path.resolve(), options
 
 
 def _drop_spare() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import mockllm
 from mockllm import process
 from mockllm.errors import NotAScenarioError
 from mockllm.hosting.admin_client import AdminConnection
+from mockllm.options import in_process
 from mockllm.shared_server import SharedServer, attach
 from tests.server_children import server_children
 from tests.test_api import RECORDINGS, USER, WARN, port_is_free
@@ -185,12 +187,100 @@ def test_a_spare_from_another_environment_is_stopped_and_not_used(spare: int,
         assert process._spare is None
 
 
-def test_a_spare_nothing_takes_ends_without_a_word(capfd: pytest.CaptureFixture[str]) -> None:
+def test_a_spare_nothing_takes_is_stopped_at_once_even_while_it_loads_ahead(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    folder = many_scenarios(tmp_path, 200)  # loading it ahead takes a while: the drop does not wait for it
     before = server_children()
-    process.start_spare()
+    process.start_spare((folder, in_process(**WARN)))
     (pid,) = server_children() - before
     child = process._spare
     assert child is not None
     process.drop_spare()
-    assert pid not in server_children() and child.proc.returncode == 0
+    assert pid not in server_children() and child.proc.returncode is not None
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_spare_whose_parent_closes_the_channel_with_no_orders_ends_without_a_word(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """What a parent that dies does: its end of the channel closes."""
+    process.start_spare()
+    child, process._spare = process._spare, None
+    assert child is not None
+    child.control.close()
+    assert child.proc.wait(timeout=process.STOP_TIMEOUT) == 0
+    child.stop()  # what is left of it here: its pipes
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def many_scenarios(root: Path, count: int) -> Path:
+    suite = root / "many"
+    for n in range(count):
+        shutil.copytree(RECORDINGS / "text-turn", suite / f"s{n}")
+    return suite.resolve()
+
+
+DEBUG = {**WARN, "log_level": "debug"}
+AHEAD = "as loaded before the orders came"
+
+
+def test_a_spare_serves_what_it_loaded_ahead_when_the_launch_orders_just_that(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="mockllm")
+    folder = many_scenarios(tmp_path, 3)
+    process.start_spare((folder, in_process(**DEBUG)))
+    with mockllm.Server(folder, process=True, **DEBUG) as server, server.run("s1") as run, \
+            openai.OpenAI(base_url=run.base_url, api_key="x", max_retries=0) as client:
+        reply = client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+        assert reply.choices[0].message.content == "Hello from the recorded model!"
+    assert AHEAD in caplog.text  # logged before it listened; relayed by the time it stopped
+
+
+@pytest.mark.parametrize("change", ["options", "folder"])
+def test_a_spare_loads_again_when_the_launch_orders_something_else(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, change: str) -> None:
+    """Other options than it loaded with, or a recording rewritten since: what the launch orders is
+    served, whenever the change came (before the spare loaded, or after)."""
+    caplog.set_level(logging.DEBUG, logger="mockllm")
+    folder = many_scenarios(tmp_path, 3)
+    headerless = "anonymous" if change == "options" else "conversation"
+    process.start_spare((folder, in_process(**DEBUG, headerless=headerless)))
+    log = folder / "s1" / "session.jsonl"
+    if change == "folder":  # the last delta rewritten
+        log.write_text(log.read_text().replace('"text":"!"', '"text":"?"'))
+    with mockllm.Server(folder, process=True, **DEBUG) as server, server.run("s1") as run, \
+            openai.OpenAI(base_url=run.base_url, api_key="x", max_retries=0) as client:
+        reply = client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+        expected = "Hello from the recorded model" + ("?" if change == "folder" else "!")
+        assert reply.choices[0].message.content == expected
+    if change == "options":
+        assert AHEAD not in caplog.text
+
+
+async def test_what_was_loaded_ahead_is_served_only_while_the_orders_and_the_folder_are_the_same(
+        tmp_path: Path) -> None:
+    folder = many_scenarios(tmp_path, 2)
+    options = in_process(**WARN)
+    ahead = process._Ahead.load(process._Orders(folder, options, None, True))
+    assert ahead is not None
+
+    def orders(path: Path = folder, **changes: Any) -> process._Orders:
+        return process._Orders(path, options.replace(**changes), None, False)
+
+    assert ahead.serves(orders())
+    assert not ahead.serves(orders(headerless="anonymous"))
+    assert not ahead.serves(orders(tmp_path))
+    log = folder / "s0" / "session.jsonl"
+    stat = log.stat()
+    log.write_text(log.read_text())  # the same bytes, written again: its times change
+    os.utime(log, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # even its modification time put back
+    assert not ahead.serves(orders()), "its change time still tells"
+    ahead = process._Ahead.load(process._Orders(folder, options, None, True))
+    assert ahead is not None and ahead.serves(orders())
+    (folder / "s2").mkdir()
+    assert not ahead.serves(orders()), "a folder added"
+
+
+def test_a_folder_that_does_not_load_is_not_loaded_ahead(tmp_path: Path) -> None:
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "session.jsonl").write_text("not json\n")
+    assert process._Ahead.load(process._Orders(tmp_path, in_process(**WARN), None, True)) is None

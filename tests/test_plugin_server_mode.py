@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import openai  # noqa: F401  (imported once here: pytester drops what each inner run imports)
 import pytest
 
@@ -126,4 +128,49 @@ def test_served_by_the_spare(mockllm_run):
     assert call(mockllm_run).choices[0].message.content == "Hello from the recorded model!"
     assert len(at_configure) == 1 and servers() == at_configure
 """)
+    pytester.runpytest().assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize("given", ["flags", "ini"])
+def test_the_spare_loads_ahead_what_the_session_serves(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                                        given: str) -> None:
+    """Read from the command line (and PYTEST_ADDOPTS) or from the ini file before pytest has read
+    them itself: the orders the session's launch sends are the ones the spare loaded ahead."""
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # this suite's own worker: see _likely_to_serve
+    options = ["mockllm_divergence = warn", "mockllm_log_level = debug"]
+    if given == "ini":
+        make_ini(pytester, f"mockllm_recordings = {RECORDINGS}", *options)
+        args = []
+    else:
+        make_ini(pytester)
+        monkeypatch.setenv("PYTEST_ADDOPTS", "--mockllm-log-level=debug")
+        # One word: pytest takes a separate path for a folder to find its rootdir from.
+        args = [f"--mockllm-recordings={RECORDINGS}", "--mockllm-divergence", "warn"]
+    pytester.makepyfile(PRELUDE + '''
+@pytest.mark.mockllm("text-turn")
+def test_served(mockllm_run):
+    assert call(mockllm_run).choices[0].message.content == "Hello from the recorded model!"
+''')
+    pytester.runpytest(*args, "--log-file=log.txt", "--log-file-level=DEBUG").assert_outcomes(passed=1)
+    assert "as loaded before the orders came" in (pytester.path / "log.txt").read_text()
+
+
+def test_a_recording_a_conftest_rewrites_is_served_as_rewritten(pytester: pytest.Pytester,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The spare loads the folder while pytest starts; a conftest imported after that may write to it.
+    The session is served what the folder holds when it starts."""
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    shutil.copytree(RECORDINGS / "text-turn", pytester.path / "recs" / "text-turn")
+    make_ini(pytester, "mockllm_recordings = recs", "mockllm_divergence = warn")
+    pytester.makeconftest('''
+from pathlib import Path
+
+log = Path(__file__).parent / "recs" / "text-turn" / "session.jsonl"
+log.write_text(log.read_text().replace('"text":"!"', '"text":"?"'))  # its last delta
+''')
+    pytester.makepyfile(PRELUDE + '''
+@pytest.mark.mockllm("text-turn")
+def test_served_as_rewritten(mockllm_run):
+    assert call(mockllm_run).choices[0].message.content == "Hello from the recorded model?"
+''')
     pytester.runpytest().assert_outcomes(passed=1)
