@@ -256,7 +256,7 @@ def test_a_spare_loads_again_when_the_launch_orders_something_else(
         assert AHEAD not in caplog.text
 
 
-async def test_what_was_loaded_ahead_is_served_only_while_the_orders_and_the_folder_are_the_same(
+def test_what_was_loaded_ahead_is_served_only_while_the_orders_and_the_folder_are_the_same(
         tmp_path: Path) -> None:
     folder = many_scenarios(tmp_path, 2)
     options = in_process(**WARN)
@@ -269,13 +269,20 @@ async def test_what_was_loaded_ahead_is_served_only_while_the_orders_and_the_fol
     assert ahead.serves(orders())
     assert not ahead.serves(orders(headerless="anonymous"))
     assert not ahead.serves(orders(tmp_path))
-    log = folder / "s0" / "session.jsonl"
-    stat = log.stat()
-    log.write_text(log.read_text())  # the same bytes, written again: its times change
-    os.utime(log, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # even its modification time put back
-    assert not ahead.serves(orders()), "its change time still tells"
-    ahead = process._Ahead.load(process._Orders(folder, options, None, True))
-    assert ahead is not None and ahead.serves(orders())
+    log = folder / "s0" / "session.jsonl"  # copied with its source's times: any write now differs
+    log.write_text(log.read_text())
+    assert not ahead.serves(orders()), "the same bytes written again in place"
+
+    def reloaded() -> process._Ahead:
+        again = process._Ahead.load(process._Orders(folder, options, None, True))
+        assert again is not None and again.serves(orders())
+        return again
+
+    ahead = reloaded()
+    shutil.copy2(log, folder / "copy")
+    os.replace(folder / "copy", log)
+    assert not ahead.serves(orders()), "an identical file renamed into place (a new inode)"
+    ahead = reloaded()
     (folder / "s2").mkdir()
     assert not ahead.serves(orders()), "a folder added"
 
