@@ -156,7 +156,8 @@ def _expected_orders(config: pytest.Config) -> tuple[Path, ServeOptions] | None:
     parser.add_argument("--mockllm-recordings", dest=RECORDINGS, default=None)
     for flag, kwargs in _serve_flags():
         parser.add_argument(flag, **{**kwargs, "help": argparse.SUPPRESS})
-    args = [*shlex.split(os.environ.get("PYTEST_ADDOPTS", "")), *config.getini("addopts"),
+    # In pytest's order (`Config._preparse`): the ini's addopts, then PYTEST_ADDOPTS, then the command line.
+    args = [*config.getini("addopts"), *shlex.split(os.environ.get("PYTEST_ADDOPTS", "")),
             *config.invocation_params.args]
     try:
         given, _ = parser.parse_known_args(args)

@@ -134,15 +134,16 @@ def test_served_by_the_spare(mockllm_run):
 @pytest.mark.parametrize("given", ["flags", "ini"])
 def test_the_spare_loads_ahead_what_the_session_serves(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
                                                         given: str) -> None:
-    """Read from the command line (and PYTEST_ADDOPTS) or from the ini file before pytest has read
-    them itself: the orders the session's launch sends are the ones the spare loaded ahead."""
+    """Read from the command line (the ini's addopts and PYTEST_ADDOPTS too) or from the ini file
+    before pytest has read them itself: the orders the session's launch sends are the ones the spare
+    loaded ahead (its debug line says so, which the server logs only at the level the orders set)."""
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # this suite's own worker: see _likely_to_serve
     options = ["mockllm_divergence = warn", "mockllm_log_level = debug"]
     if given == "ini":
         make_ini(pytester, f"mockllm_recordings = {RECORDINGS}", *options)
         args = []
-    else:
-        make_ini(pytester)
+    else:  # as pytest orders them: the ini's addopts, then PYTEST_ADDOPTS (which wins here), then the command line
+        pytester.makeini("[pytest]\naddopts = --strict-markers -p no:asyncio --mockllm-log-level=info\n")
         monkeypatch.setenv("PYTEST_ADDOPTS", "--mockllm-log-level=debug")
         # One word: pytest takes a separate path for a folder to find its rootdir from.
         args = [f"--mockllm-recordings={RECORDINGS}", "--mockllm-divergence", "warn"]
