@@ -291,3 +291,12 @@ def test_a_folder_that_does_not_load_is_not_loaded_ahead(tmp_path: Path) -> None
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "session.jsonl").write_text("not json\n")
     assert process._Ahead.load(process._Orders(tmp_path, in_process(**WARN), None, True)) is None
+
+
+def test_the_server_process_runs_as_a_batch_task() -> None:
+    """It does not preempt the tests it serves when a request wakes it (see process._in_the_background;
+    Linux, as the process mode's control channel is POSIX)."""
+    before = server_children()
+    with mockllm.Server(RECORDINGS / "text-turn", process=True, **WARN):
+        (pid,) = server_children() - before
+        assert os.sched_getscheduler(pid) == os.SCHED_BATCH
