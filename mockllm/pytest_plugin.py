@@ -136,7 +136,7 @@ def _likely_to_serve(config: pytest.Config) -> bool:
             return False
         if str(config.getini(SERVER_MODE) or "process").strip() != "process":
             return False
-        folder = _configured_recordings(config)
+        folder = _recordings_path(config, None)
     except (AttributeError, ValueError):
         return False  # registered before pytest read its configuration: no guess
     given = any(arg.startswith("--mockllm-recordings") for arg in config.invocation_params.args)
@@ -164,9 +164,7 @@ def _expected_orders(config: pytest.Config) -> tuple[Path, ServeOptions] | None:
         options = in_process(**_serve_options(config, lambda dest: getattr(given, dest)))
     except (TypeError, ValueError):
         return None
-    flag = getattr(given, RECORDINGS)
-    path = Path(config.invocation_params.dir, flag) if flag else _configured_recordings(config)
-    return path.resolve(), options
+    return _recordings_path(config, getattr(given, RECORDINGS)).resolve(), options
 
 
 def _drop_spare() -> None:
@@ -309,15 +307,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
 def recordings_path(config: pytest.Config) -> Path:
     """Where the recordings are: the flag (relative to the invocation folder), the ini option
     (relative to the ini file), else `recordings/` under the rootdir."""
-    flag = config.getoption(RECORDINGS)
+    return _recordings_path(config, config.getoption(RECORDINGS))
+
+
+def _recordings_path(config: pytest.Config, flag: str | None) -> Path:
+    """`recordings_path`, with `flag` the flag's value (None: not given)."""
     if flag:
         return Path(config.invocation_params.dir, flag)
-    return _configured_recordings(config)
-
-
-def _configured_recordings(config: pytest.Config) -> Path:
-    """Where the recordings are when no flag says: the ini option (relative to the ini file), else
-    `recordings/` under the rootdir."""
     ini = config.getini(RECORDINGS)
     if ini:
         return Path(config.inipath.parent if config.inipath else config.rootpath, ini)
