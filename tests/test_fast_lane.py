@@ -343,6 +343,41 @@ async def test_runs_are_created_and_ended_through_the_lane_as_aiohttp_answers_th
     assert json.loads(answers["lane"][0][2])["base_url"] == "http://x/runs/run-1/v1"
 
 
+async def test_a_runs_end_and_the_next_runs_creation_in_one_write_are_the_lanes_in_order(serve, connect,
+                                                                                        monkeypatch):
+    """As the plugin sends them (the next test's run created behind this test's run's end): both
+    answered by the lane, from one read, in the order sent."""
+    written: list[int] = []
+    original = fast_lane.write_response
+    monkeypatch.setattr(fast_lane, "write_response", lambda t, r: written.append(r.status) or original(t, r))
+    server = await serve(RECORDINGS / "text-turn")
+    create = post("/_mockllm/runs", json.dumps({"scenario": "text-turn"}).encode())
+    connection = await connect(server.base_url)
+    connection.writer.write(create)
+    first = json.loads((await connection.answer())[2])["run"]
+    connection.writer.write(f"DELETE /_mockllm/runs/{first} HTTP/1.1\r\nHost: x\r\n\r\n".encode() + create)
+    ended, created = await connection.answer(), await connection.answer()
+    assert json.loads(ended[2])["run"] == first and ended[0] == b"HTTP/1.1 200 OK"
+    assert created[0] == b"HTTP/1.1 201 Created" and json.loads(created[2])["run"] != first
+    assert written == [201, 200, 201]
+    assert isinstance(protocol_of(server, connection), fast_lane.LaneConnection)
+
+
+def test_the_lanes_header_view_reads_headers_as_aiohttps_dict_does():
+    raw = ((b"Host", b"x"), (b"X-Session", b"first"), (b"x-session", b"second"), (b"X-Bytes", b"\xff\xfeok"),
+           (b"Empty", b""))
+    view = fast_lane.HeaderView(raw)
+    aiohttps = CIMultiDictProxy(CIMultiDict((n.decode("latin-1"), v.decode("utf-8", "surrogateescape"))
+                                            for n, v in raw))
+    for name in ("host", "HOST", "x-SESSION", "X-Bytes", "empty", "absent", "ünïcode"):
+        assert view.get(name) == aiohttps.get(name), name
+        assert (name in view) == (name in aiohttps), name
+    assert view["X-SESSION"] == "first" and len(view) == len(aiohttps)
+    assert {name.lower() for name in view} == {name.lower() for name in aiohttps}
+    with pytest.raises(KeyError):
+        view["absent"]
+
+
 async def test_a_run_that_records_is_ended_by_aiohttps_handler(serve, connect, monkeypatch):
     """Its recording is written as it ends, which takes time: the lane leaves its end to aiohttp."""
     server = await serve(RECORDINGS / "text-turn")
