@@ -329,14 +329,18 @@ class Server:
         self._discard_prepared()
         return RunHandle(self, self.admin("POST", f"{self.url}/_mockllm/runs", asked), scenario)
 
-    def prepare(self, scenario: str, *, cwd: PathLike | None = None, **fields: Any) -> None:
+    def prepare(self, scenario: str, *, cwd: PathLike | None = None, behind_next_call: bool = False,
+                **fields: Any) -> None:
         """Create a run of `scenario` ahead, without waiting for the server's answer: the next
         `run()` asked for the same run takes it, its answer read by then (the pytest plugin prepares
         the next test's run as the test before it ends, which spares each test a round trip). A run
-        prepared and not taken is ended by the next `run()` asked for another, or by `stop()`."""
+        prepared and not taken is ended by the next `run()` asked for another, or by `stop()`.
+        `behind_next_call`: sent with the next admin call, behind it, in one write (the plugin
+        sends it behind the ending of the test's run: the server reads both in one wake-up)."""
         self._discard_prepared()
         body = _run_body(scenario, cwd, fields)
-        self._admin_connection().send("POST", f"{self.url}/_mockllm/runs", json.dumps(body).encode())
+        self._admin_connection().send("POST", f"{self.url}/_mockllm/runs", json.dumps(body).encode(),
+                                      behind_next=behind_next_call)
         self._prepared = body
 
     def _discard_prepared(self) -> None:

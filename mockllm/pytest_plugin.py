@@ -402,8 +402,8 @@ def mockllm_run(request: pytest.FixtureRequest, mockllm_server: Server) -> Itera
     yield run
     reports = node.stash.get(REPORTS, {})
     passed = "call" in reports and reports["call"].passed
+    _prepare_next(node, mockllm_server)  # goes behind the run's end, in the same write
     report = run.end(discard=None if passed else "the test did not pass")
-    _prepare_next(node, mockllm_server)
     if report.recording is not None:
         node.add_report_section("teardown", "mockllm", report.recording.message)
         request.config.stash[RECORDED].append((node.nodeid, report.recording))
@@ -415,16 +415,17 @@ def mockllm_run(request: pytest.FixtureRequest, mockllm_server: Server) -> Itera
 
 
 def _prepare_next(node: pytest.Item, server: Server) -> None:
-    """Create the next test's run now, its answer read when that test asks for it (`Server.prepare`):
-    pytest's work between the two tests hides the round trip. Only a replay (record mode none):
-    a run that records depends on what the tests before it left."""
+    """Create the next test's run behind this test's run's end, its answer read when that test asks
+    for it (`Server.prepare`): pytest's work between the two tests hides the round trip, and the
+    server reads both calls in one wake-up. Only a replay (record mode none): a run that records
+    depends on what the tests before it left."""
     following = node.stash.get(NEXT, None)
     if following is None or "mockllm_run" not in getattr(following, "fixturenames", ()):
         return
     try:
         scenario, _, settings = _marker(following.get_closest_marker("mockllm"), server, following)
         if settings.get("record_mode", server.options.record_mode) == "none":
-            server.prepare(scenario, **settings)
+            server.prepare(scenario, behind_next_call=True, **settings)
     except (pytest.fail.Exception, Exception):
         # Only a head start: the next test's own setup meets whatever went wrong, and says so there,
         # not in this test's teardown.

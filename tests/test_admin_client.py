@@ -124,6 +124,75 @@ def test_a_call_sent_ahead_is_collected_after_another_call(scripted):
     connection.close()
 
 
+def written(connection: AdminConnection, monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """Each write the connection makes, as made."""
+    writes: list[bytes] = []
+    send = connection._send
+
+    def noting(data: bytes) -> None:
+        writes.append(data)
+        send(data)
+
+    monkeypatch.setattr(connection, "_send", noting)
+    return writes
+
+
+def test_a_call_held_for_the_next_goes_behind_it_in_one_write(scripted, monkeypatch):
+    server = scripted([b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nended",
+                       b"HTTP/1.1 201 Created\r\nContent-Length: 7\r\n\r\ncreated"])
+    connection = AdminConnection(server.url, 5)
+    writes = written(connection, monkeypatch)
+    connection.send("POST", f"{server.url}/_mockllm/runs", b'{"scenario":"s"}', behind_next=True)
+    assert writes == [], "held until the next call"
+    with pytest.raises(RuntimeError):
+        connection.send("POST", f"{server.url}/_mockllm/runs", b"{}")
+    assert connection.request("DELETE", f"{server.url}/_mockllm/runs/r-1") == (200, b"ended")
+    assert len(writes) == 1 and writes[0].startswith(b"DELETE /_mockllm/runs/r-1 HTTP/1.1\r\n")
+    assert connection.collect() == (201, b"created")
+    assert [head.split(b" ")[0] for head in server.heads] == [b"DELETE", b"POST"]
+    assert writes[0].index(b"DELETE") < writes[0].index(b"POST /_mockllm/runs")
+    assert writes[0].endswith(b'{"scenario":"s"}')
+    connection.close()
+
+
+def test_a_held_call_no_call_follows_goes_alone_when_collected(scripted, monkeypatch):
+    server = scripted([b"HTTP/1.1 201 Created\r\nContent-Length: 7\r\n\r\ncreated"])
+    connection = AdminConnection(server.url, 5)
+    writes = written(connection, monkeypatch)
+    connection.send("POST", f"{server.url}/_mockllm/runs", b"{}", behind_next=True)
+    assert connection.collect() == (201, b"created")
+    assert len(writes) == 1 and writes[0].startswith(b"POST /_mockllm/runs ")
+    with pytest.raises(LookupError):
+        connection.collect()
+    connection.close()
+
+
+def test_a_held_call_goes_again_with_its_call_on_a_fresh_connection(scripted):
+    server = scripted([b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", None,
+                       b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nended",
+                       b"HTTP/1.1 201 Created\r\nContent-Length: 7\r\n\r\ncreated"])
+    connection = AdminConnection(server.url, 5)
+    assert connection.request("GET", f"{server.url}/b") == (200, b"ok")
+    connection.send("POST", f"{server.url}/_mockllm/runs", b"{}", behind_next=True)
+    # the kept-alive connection is closed at the next request, unanswered: both go again on a fresh one
+    assert connection.request("DELETE", f"{server.url}/_mockllm/runs/r-1") == (200, b"ended")
+    assert connection.collect() == (201, b"created")
+    assert server.connections == 2
+    assert [head.split(b" ")[0] for head in server.heads] == [b"GET", b"DELETE", b"DELETE", b"POST"]
+    connection.close()
+
+
+def test_a_held_call_is_dropped_with_its_connection(scripted, monkeypatch):
+    server = scripted([])
+    connection = AdminConnection(server.url, 5)
+    writes = written(connection, monkeypatch)
+    connection.send("POST", f"{server.url}/_mockllm/runs", b"{}", behind_next=True)
+    connection.close()
+    with pytest.raises(LookupError):
+        connection.collect()
+    assert writes == []
+
+
 @pytest.mark.parametrize("answer", [b"SPDY/3 200 OK\r\n\r\n",
                                     b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort" + CLOSE,
                                     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"],

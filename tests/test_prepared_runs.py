@@ -58,6 +58,19 @@ def test_other_admin_calls_between_prepare_and_run_keep_its_answer() -> None:
         assert [r["run"] for r in before] == [r["run"] for r in listed(server)] == [run.id]
 
 
+def test_a_run_prepared_behind_the_next_call_is_made_by_it_or_by_run() -> None:
+    with Server(RECORDINGS) as server:
+        server.prepare("fork-child", behind_next_call=True)
+        assert listed(server) == [], "the listing went first, the run's creation behind it"
+        run = server.run("fork-child")
+        assert [r["run"] for r in listed(server)] == [run.id]
+        run.end()
+        server.prepare("tool-loop", behind_next_call=True, divergence="warn")
+        taken = server.run("tool-loop", divergence="warn")  # no call came between: it goes alone
+        assert [r["run"] for r in listed(server) if not r["ended"]] == [taken.id]
+        assert taken.report().scenario == "tool-loop"
+
+
 def test_a_run_prepared_and_never_taken_is_ended_by_stop() -> None:
     ended: list[str] = []
     with Server(RECORDINGS) as server:
