@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A replayed pytest suite's cost per test: mockllm's plugin against pytest-recording (vcrpy cassettes).
 
-    python3 scripts/bench_suite.py                 the four cells of issue 28, 5 repetitions (~15 minutes)
+    python3 scripts/bench_suite.py                 the four cells of issue 28, 5 repetitions (~22 minutes)
     python3 scripts/bench_suite.py --quick         a tiny configuration (seconds): checks that it all works
     python3 scripts/bench_suite.py --reps 2 --cells 1:200:1,2:200:5
 
@@ -27,6 +27,12 @@ the order flipped on every repetition), so the host's drift hits both alike; the
 median over repetitions and, for the ratio, the median and the range of the per-repetition ratios
 (mockllm / vcrpy, each from the same repetition).
 
+The floor (unless --no-floor): the mockllm suite's tests again, with neither tool's plugin, their
+fixture handing the SDK the address of a bare asyncio server (uvloop's loop when installed, as
+mockllm's) that writes the scripted provider's bytes at once: no admin call, no run, no binding. It
+is what any tool that answers over a real socket costs at least (the SDK's connection and HTTP
+parsing per call), and shows how much of mockllm's per-test cost is its own.
+
 Also measured, in the same repetitions:
 - the plugin's import: `import <plugin module>` in a fresh interpreter that has already imported
   pytest (pytest imports every installed plugin at start, whether a suite uses it or not);
@@ -41,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -172,6 +179,65 @@ def scripted_provider() -> Iterator[str]:
         thread.join()
 
 
+class _FloorProtocol(asyncio.Protocol):
+    """The floor's connection: each whole request answered at once with the provider's bytes."""
+
+    serial = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.buffer = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while (end := self.buffer.find(b"\r\n\r\n")) >= 0:
+            head = self.buffer[:end].lower()
+            found = head.find(b"content-length:")
+            length = int(head[found + 15:].split(b"\r\n", 1)[0]) if found >= 0 else 0
+            if len(self.buffer) < end + 4 + length:
+                return
+            body, self.buffer = self.buffer[end + 4:end + 4 + length], self.buffer[end + 4 + length:]
+            _FloorProtocol.serial += 1
+            answer = b"".join(provider_stream(json.loads(body), _FloorProtocol.serial))
+            self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n"  # type: ignore[attr-defined]
+                                 b"Content-Length: %d\r\n\r\n%s" % (len(answer), answer))
+
+
+def serve_floor() -> None:
+    """`--serve-floor`: serve the floor on a free loopback port, print it, and stop when stdin closes."""
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(_FloorProtocol, "127.0.0.1", 0)
+        print(server.sockets[0].getsockname()[1], flush=True)
+        await loop.run_in_executor(None, sys.stdin.read)  # until the benchmark closes it (or dies)
+        server.close()
+
+    try:
+        import uvloop
+        uvloop.run(main())
+    except ImportError:
+        asyncio.run(main())
+
+
+@contextmanager
+def floor_server() -> Iterator[str]:
+    """The floor in a process of its own (as mockllm's server is); yields its `/v1` base URL."""
+    process = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--serve-floor"], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True, env=child_env())
+    try:
+        port = process.stdout.readline().strip()  # type: ignore[union-attr]
+        if not port.isdigit():
+            raise RuntimeError("the floor server did not start")
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        process.stdin.close()  # type: ignore[union-attr]
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 # ---------------------------------------------------------------------------------------------
 # The generated suites
 
@@ -225,10 +291,28 @@ def pytest_runtest_logreport(report):
             f.write(json.dumps({"pid": os.getpid(), "setup": report.duration}) + "\\n")
 '''
 
+# The floor's suite: mockllm's tests, their fixture and marker provided here, the server's address given.
+FLOOR_CONFTEST = CONFTEST + '''
+
+import types
+
+import pytest
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "mockllm: the floor ignores it")
+
+
+@pytest.fixture
+def mockllm_run():
+    return types.SimpleNamespace(base_url=os.environ["BENCH_FLOOR_URL"])
+'''
+
 INI = {
     "mockllm": "[pytest]\nmockllm_recordings = recordings\n",
     "vcrpy": "[pytest]\n",
     "empty": "[pytest]\n",
+    "floor": "[pytest]\n",
 }
 
 TEST = {
@@ -249,13 +333,14 @@ def test_{i}():
     pass
 ''',
 }
+TEST["floor"] = TEST["mockllm"]
 
 
 def write_suite(folder: Path, kind: str, cell: Cell, provider: str) -> None:
-    """A suite of `cell.tests` tests for `kind` (mockllm, vcrpy or empty) in `folder`."""
+    """A suite of `cell.tests` tests for `kind` (mockllm, vcrpy, floor or empty) in `folder`."""
     folder.mkdir(parents=True)
     (folder / "pytest.ini").write_text(INI[kind])
-    (folder / "conftest.py").write_text(CONFTEST)
+    (folder / "conftest.py").write_text(FLOOR_CONFTEST if kind == "floor" else CONFTEST)
     (folder / "agent.py").write_text(AGENT)
     head = ("import pytest\nfrom openai import OpenAI\n\nfrom agent import agent\n\n"
             f"STEPS = {cell.calls}\nPROVIDER = {provider!r}\n")
@@ -265,14 +350,15 @@ def write_suite(folder: Path, kind: str, cell: Cell, provider: str) -> None:
 
 def plugin_flags(kind: str) -> list[str]:
     """Only the tool's own plugin (the empty suites run once per tool's flags)."""
-    return {"mockllm": ["-p", "no:recording"], "vcrpy": ["-p", "no:mockllm"]}[kind]
+    return {"mockllm": ["-p", "no:recording"], "vcrpy": ["-p", "no:mockllm"],
+            "floor": ["-p", "no:recording", "-p", "no:mockllm"]}[kind]
 
 
 def pytest_command(folder: Path, kind: str, workers: int, mode: str, provider: str | None = None) -> list[str]:
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:benchmark",
                "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning"]
     command += ["-n", str(workers)] if workers > 1 else ["-p", "no:xdist"]
-    tool = "mockllm" if kind.endswith("mockllm") else "vcrpy"
+    tool = kind.removeprefix("empty-")
     command += plugin_flags(tool)
     if kind == "mockllm":
         command += ["--mockllm-record-mode", mode]
@@ -338,9 +424,13 @@ def import_time(tool: str, root: Path = ROOT) -> float:
 
 
 class Bench:
-    def __init__(self, cells: list[Cell], reps: int, workdir: Path, timeout: float, before: Path | None) -> None:
-        # "before": the mockllm suites replayed by another checkout's mockllm (--before), interleaved too.
-        self.tools = [*TOOLS, "before"] if before else list(TOOLS)
+    def __init__(self, cells: list[Cell], reps: int, workdir: Path, timeout: float, before: Path | None,
+                 floor: bool = True) -> None:
+        # "before": the mockllm suites replayed by another checkout's mockllm (--before), interleaved too;
+        # "floor": mockllm's tests answered by a bare server, no plugin (see the module's docstring).
+        self.tools = [*TOOLS, *(["before"] if before else []), *(["floor"] if floor else [])]
+        self.plugins = [tool for tool in self.tools if tool != "floor"]  # the floor has no plugin to import
+        self.floor = floor
         self.before = before
         self.cells = cells
         self.reps = reps
@@ -358,12 +448,12 @@ class Bench:
         """Generate and record every suite against the scripted provider, then stop it."""
         with scripted_provider() as provider:
             for cell in self.cells:
-                for kind in ("mockllm", "vcrpy", "empty"):
+                for kind in ("mockllm", "vcrpy", "empty", *(["floor"] if self.floor else [])):
                     folder = self.suite(kind, cell)
                     if folder.exists():
                         continue
                     write_suite(folder, kind, cell, provider)
-                    if kind != "empty":
+                    if kind in TOOLS:
                         run_pytest(pytest_command(folder, kind, 1, "once", provider), folder, self.timeout * 4)
                 self.check_recorded(cell)
 
@@ -386,7 +476,9 @@ class Bench:
         # The provider is gone (its port closed): a replay that tried the network would fail.
         extra = {"BENCH_FIRST_SETUP": str(first)}
         command = pytest_command(folder, suite if kind == tool else f"empty-{suite}", cell.workers, "none")
-        seconds, cpu = run_pytest(command, folder, self.timeout, extra, self.root(tool))
+        with floor_server() if kind == "floor" else contextlib.nullcontext("") as floor:
+            seconds, cpu = run_pytest(command, folder, self.timeout, {**extra, "BENCH_FLOOR_URL": floor},
+                                      self.root(tool))
         if not timed:
             return
         self.timings.add(f"{kind}@{cell.label}", seconds)
@@ -403,7 +495,7 @@ class Bench:
             self.replay(f"empty-{tool}", self.cells[0], -1, timed=False)
         for rep in range(self.reps):
             order = self.tools if rep % 2 == 0 else self.tools[::-1]
-            for tool in order:
+            for tool in (t for t in order if t in self.plugins):
                 self.imports[tool].append(import_time("mockllm" if tool == "before" else tool, self.root(tool)))
             for cell in self.cells:
                 for tool in order:
@@ -437,34 +529,42 @@ class Bench:
                 old = self.per_test("before", cell)
                 row += [_spread(old), _ratio([m / b for m, b in zip(mock, old, strict=True) if b > 0])]
                 results.setdefault("before_ms", []).append(old)
+            if self.floor:
+                floor = self.per_test("floor", cell)
+                row += [_spread(floor), _ratio([f / v for f, v in zip(floor, vcr, strict=True) if v > 0])]
+                results.setdefault("floor_ms", []).append(floor)
             rows.append([*row, "PASS" if ok else "FAIL"])
             results["cells"].append({"workers": cell.workers, "tests": cell.tests, "calls": cell.calls,
                                      "mockllm_ms": mock, "vcrpy_ms": vcr, "ratios": ratios,
                                      "mockllm_cpu_ms": cpu_mock, "vcrpy_cpu_ms": cpu_vcr,
                                      "suite_s": {k: v for k, v in self.timings.runs.items()
                                                  if k.endswith("@" + cell.label)}})
-        imports = {t: [x * 1000 for x in self.imports[t]] for t in self.tools}
-        first = {t: [x * 1000 for x in self.first_setup[t]] for t in self.tools}
+        imports = {t: [x * 1000 for x in self.imports[t]] for t in self.plugins}
+        first = {t: [x * 1000 for x in self.first_setup[t]] for t in self.plugins}
         for label, values in (("plugin import (ms)", imports), ("first test's setup (ms)", first)):
-            if all(values[t] for t in self.tools):
+            if all(values[t] for t in self.plugins):
                 ratios = [m / v for m, v in zip(values["mockllm"], values["vcrpy"], strict=False) if v > 0]
                 row = [label, "", "", _spread(values["mockllm"]), _spread(values["vcrpy"]), _ratio(ratios), "", "", ""]
                 if self.before:
                     row += [_spread(values["before"]), _ratio([m / b for m, b in zip(
                         values["mockllm"], values["before"], strict=False) if b > 0])]
+                row += ["", ""] if self.floor else []
                 rows.append([*row, "info"])
         results["imports_ms"] = imports
         results["first_setup_ms"] = first
         header = ["workers", "N", "K", "mockllm ms/test", "vcrpy ms/test", "ratio (range)", "mockllm CPU ms/test",
                   "vcrpy CPU ms/test", "CPU ratio (range)"]
         header += ["before ms/test", "mockllm / before"] if self.before else []
+        header += ["floor ms/test", "floor / vcrpy"] if self.floor else []
         header.append("result")
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
         lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
                  for r in [header, ["-" * w for w in widths], *rows]]
         title = (f"== Replayed suite, per-test overhead ((suite - empty suite) / N, wall and CPU time), median "
                  f"(min-max) of {self.reps} interleaved repetition(s); ratios per repetition"
-                 + (f"; before: the mockllm of {self.before}" if self.before else "") + " ==")
+                 + (f"; before: the mockllm of {self.before}" if self.before else "")
+                 + ("; floor: the same tests answered at once by a bare server, no plugin" if self.floor else "")
+                 + " ==")
         return "\n".join([title, *lines]), met, results
 
 
@@ -497,13 +597,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--before", type=Path, help="also replay the mockllm suites with the mockllm of this "
                         "checkout (a folder holding mockllm/), interleaved: a before/after comparison")
     parser.add_argument("--keep", type=Path, help="work in this folder and keep it (suites recorded there are reused)")
+    parser.add_argument("--no-floor", action="store_true", help="leave out the floor (a bare server, no plugin)")
+    parser.add_argument("--serve-floor", action="store_true", help=argparse.SUPPRESS)  # the floor's own process
     args = parser.parse_args(argv)
+    if args.serve_floor:
+        serve_floor()
+        return 0
     cells = parse_cells(args.cells or (QUICK_CELLS if args.quick else FULL_CELLS))
     reps = args.reps or (1 if args.quick else 5)
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="mockllm-bench-suite-"))
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        bench = Bench(cells, reps, workdir, args.timeout, args.before and args.before.resolve())
+        bench = Bench(cells, reps, workdir, args.timeout, args.before and args.before.resolve(), not args.no_floor)
         bench.run()
         text, met, results = bench.table()
     except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:

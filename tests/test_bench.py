@@ -398,3 +398,7 @@ def test_the_suite_bench_records_and_replays_both_tools_offline(tmp_path: Path) 
     suite = load_suite(tmp_path / "w" / "mockllm-3-2" / "recordings")
     assert [len(suite.scenarios[f"test_suite/{name}"].sessions[0].entries) for name in recordings] == [2, 2, 2]
     assert all(len(c["mockllm_ms"]) == len(c["vcrpy_ms"]) == 1 for c in cells)
+    # The floor: the same tests, answered by a bare server with no plugin, timed beside them.
+    assert "floor ms/test" in done.stdout and "floor / vcrpy" in done.stdout, done.stdout
+    assert [len(floor) for floor in json.loads(out.read_text())["results"]["floor_ms"]] == [1]
+    assert all(key in cells[0]["suite_s"] for key in ("floor@1:3:2", "empty-floor@1:3:2"))
