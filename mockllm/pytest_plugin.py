@@ -31,19 +31,32 @@ Glue only, over the Python API (`mockllm.api`):
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import shlex
-import socket
 import sys
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
-from mockllm.options import RUN_FIELDS, ServeOptions, argument_specs, in_process
+from mockllm.options import RUN_FIELDS
+from mockllm.plugin_config import (
+    PREFIX,
+    RECORD_IN_CI,
+    RECORDINGS,
+    REPORT_DIR,
+    SERVER_MODE,
+    SERVER_MODES,
+    expected_orders,
+    likely_to_serve,
+    recordings_path,
+    report_dir,
+    serve_flags,
+    serve_options,
+    server_mode,
+)
 from mockllm.plugin_names import report_name, scenario_for
 
 if TYPE_CHECKING:
@@ -51,16 +64,9 @@ if TYPE_CHECKING:
     from mockllm.replay.report import RecordingReport
     from mockllm.shared_server import SharedServer  # noqa: F401  (named in a StashKey's type)
 
-RECORDINGS = "mockllm_recordings"
-REPORT_DIR = "mockllm_report_dir"
-
-PREFIX = "mockllm-"
 MARKER = ("mockllm(scenario, consume=True): the scenario `mockllm_run` replays (none: the one named after the test, "
           "{file stem}/{test}); consume=False allows calls left over; keywords such as bind=, strict=, ignore_input=, "
           "divergence=, faults=, pace=, record_mode= set this test's run")
-RECORD_IN_CI = "mockllm_record_in_ci"
-SERVER_MODE = "mockllm_server_mode"
-SERVER_MODES = ("process", "thread")
 # Each test's reports by phase, for its run's teardown: a recording is kept only if the test passed.
 REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
 # What each test's run recorded (or why not), for the session's summary.
@@ -94,18 +100,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini(SERVER_MODE, "where mockllm_server runs: process (default) or thread")
     group.addoption("--mockllm-record-in-ci", dest=RECORD_IN_CI, action="store_true", default=False,
                     help="allow a record mode other than none when the CI environment variable is set")
-    for flag, kwargs in _serve_flags():
+    for flag, kwargs in serve_flags():
         group.addoption(flag, **{**kwargs, "help": "mockllm: " + kwargs["help"]})
         if kwargs.get("action") == "append":
             parser.addini(kwargs["dest"], "mockllm: " + kwargs["help"], type="args")
         else:
             parser.addini(kwargs["dest"], "mockllm: " + kwargs["help"], type="string")
-
-
-def _serve_flags() -> list[tuple[str, dict[str, Any]]]:
-    """The serve options' flags, defaulting to None (or no value given): one not given falls back to the ini."""
-    return [(flag, {**kwargs, "default": [] if kwargs.get("action") == "append" else None})
-            for flag, kwargs in argument_specs(PREFIX)]
 
 
 def pytest_plugin_registered(plugin: object) -> None:
@@ -115,56 +115,13 @@ def pytest_plugin_registered(plugin: object) -> None:
     one starts now and makes the server's imports (most of its start) on a core that pytest, busy
     with its own start, leaves idle; the launch then takes it. Measured on 2 x 200 x 5 (-n 2): the
     server's start no longer delays xdist's workers (see docs/benchmarks.md). The spare is also told
-    what the launch will likely order (`_expected_orders`), and loads it meanwhile: the launch's
+    what the launch will likely order (`plugin_config.expected_orders`), and loads it meanwhile: the launch's
     orders are served from that load only if they are the same and the folder has not changed."""
-    if isinstance(plugin, pytest.Config) and _likely_to_serve(plugin):
+    if isinstance(plugin, pytest.Config) and likely_to_serve(plugin):
         from mockllm.process import start_spare
 
         with contextlib.suppress(OSError):
-            start_spare(_expected_orders(plugin))  # else the session launches its server as ever
-
-
-def _likely_to_serve(config: pytest.Config) -> bool:
-    """Whether the session will likely launch a server process, judged before the command line's
-    mockllm options are parsed (the ini file and pytest's own options are read by then). A wrong
-    guess costs a spare's imports, on an idle core, and it is stopped as the session starts."""
-    if os.environ.get("PYTEST_XDIST_WORKER") or not hasattr(socket, "send_fds"):
-        return False  # a worker uses its controller's server; the spare needs to be passed a socket
-    try:
-        known = config.known_args_namespace
-        if known.collectonly or known.help or known.version:
-            return False
-        if str(config.getini(SERVER_MODE) or "process").strip() != "process":
-            return False
-        folder = _recordings_path(config, None)
-    except (AttributeError, ValueError):
-        return False  # registered before pytest read its configuration: no guess
-    given = any(arg.startswith("--mockllm-recordings") for arg in config.invocation_params.args)
-    return given or folder.is_dir()
-
-
-class _Guess(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise ValueError(message)  # not argparse's exit: a guess that cannot be made is no guess
-
-
-def _expected_orders(config: pytest.Config) -> tuple[Path, ServeOptions] | None:
-    """What `_launch` will likely order the server process to serve: the recordings folder
-    (resolved) and the serve options, from the ini file and the command line read as pytest will
-    read them (it has not yet: its plugins are loading). None when they cannot be told."""
-    parser = _Guess(add_help=False, allow_abbrev=False)
-    parser.add_argument("--mockllm-recordings", dest=RECORDINGS, default=None)
-    for flag, kwargs in _serve_flags():
-        parser.add_argument(flag, **{**kwargs, "help": argparse.SUPPRESS})
-    # In pytest's order (`Config._preparse`): the ini's addopts, then PYTEST_ADDOPTS, then the command line.
-    args = [*config.getini("addopts"), *shlex.split(os.environ.get("PYTEST_ADDOPTS", "")),
-            *config.invocation_params.args]
-    try:
-        given, _ = parser.parse_known_args(args)
-        options = in_process(**_serve_options(config, lambda dest: getattr(given, dest)))
-    except (TypeError, ValueError):
-        return None
-    return _recordings_path(config, getattr(given, RECORDINGS)).resolve(), options
+            start_spare(expected_orders(plugin))  # else the session launches its server as ever
 
 
 def _drop_spare() -> None:
@@ -304,47 +261,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
                                   f"{recording.message}")
 
 
-def recordings_path(config: pytest.Config) -> Path:
-    """Where the recordings are: the flag (relative to the invocation folder), the ini option
-    (relative to the ini file), else `recordings/` under the rootdir."""
-    return _recordings_path(config, config.getoption(RECORDINGS))
-
-
-def _recordings_path(config: pytest.Config, flag: str | None) -> Path:
-    """`recordings_path`, with `flag` the flag's value (None: not given)."""
-    if flag:
-        return Path(config.invocation_params.dir, flag)
-    ini = config.getini(RECORDINGS)
-    if ini:
-        return Path(config.inipath.parent if config.inipath else config.rootpath, ini)
-    return config.rootpath / "recordings"
-
-
-def server_mode(config: pytest.Config) -> str:
-    """`process` (the default) or `thread`: the flag, else the ini option."""
-    mode = str(config.getoption(SERVER_MODE) or config.getini(SERVER_MODE) or "process").strip()
-    if mode not in SERVER_MODES:
-        raise pytest.UsageError(f"mockllm: {SERVER_MODE} must be process or thread, not {mode!r}")
-    return mode
-
-
-def serve_options(config: pytest.Config) -> dict[str, Any]:
-    """The serve options given by flag or ini, by field name (what `mockllm.Server` takes)."""
-    return _serve_options(config, config.getoption)
-
-
-def _serve_options(config: pytest.Config, flag: Callable[[str], Any]) -> dict[str, Any]:
-    """The serve options given by flag (`flag(dest)`: the flag's value, None or [] when not given)
-    or ini, by field name."""
-    options: dict[str, Any] = {}
-    for _, kwargs in argument_specs(PREFIX):
-        dest, name = kwargs["dest"], kwargs["dest"].removeprefix(PREFIX.replace("-", "_"))
-        given = flag(dest) or config.getini(dest)
-        if given not in (None, "", []):
-            options[name] = kwargs["type"](given) if "type" in kwargs and isinstance(given, str) else given
-    return options
-
-
 @pytest.fixture(scope="session")
 def mockllm_server(pytestconfig: pytest.Config) -> Iterator[Server]:
     """The running server (`.url`, `.run(name)`, `.scenarios`), shared by the whole session."""
@@ -430,22 +346,6 @@ def _prepare_next(node: pytest.Item, server: Server) -> None:
         # Only a head start: the next test's own setup meets whatever went wrong, and says so there,
         # not in this test's teardown.
         return
-
-
-def report_dir(config: pytest.Config) -> Path:
-    """Where failing tests' reports go: the flag (relative to the invocation folder), the ini option
-    (relative to the ini file), else `mockllm/` under pytest's cache folder."""
-    flag = config.getoption(REPORT_DIR)
-    if flag:
-        return Path(config.invocation_params.dir, flag)
-    ini = config.getini(REPORT_DIR)
-    if ini:
-        return Path(config.inipath.parent if config.inipath else config.rootpath, ini)
-    try:
-        cache = str(config.getini("cache_dir"))
-    except ValueError:  # the cache provider is off (-p no:cacheprovider): its usual folder all the same
-        cache = ".pytest_cache"
-    return config.rootpath / os.path.expandvars(os.path.expanduser(cache)) / "mockllm"
 
 
 @pytest.hookimpl(wrapper=True)

@@ -109,7 +109,7 @@ def test_a_spare_starts_as_pytest_loads_its_plugins_and_is_the_sessions_server(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, folder: str) -> None:
     """Before any conftest is configured, when the session has recordings to serve (and not when it
     has none); the session's server is then that very process."""
-    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # this suite's own worker: see _likely_to_serve
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # this suite's own worker (likely_to_serve)
     where = RECORDINGS if folder == "recorded" else pytester.path / "nowhere"
     make_ini(pytester, f"mockllm_recordings = {where}", "mockllm_divergence = warn")
     pytester.makeconftest(CONFTEST)
@@ -137,7 +137,7 @@ def test_the_spare_loads_ahead_what_the_session_serves(pytester: pytest.Pytester
     """Read from the command line (the ini's addopts and PYTEST_ADDOPTS too) or from the ini file
     before pytest has read them itself: the orders the session's launch sends are the ones the spare
     loaded ahead (its debug line says so, which the server logs only at the level the orders set)."""
-    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # this suite's own worker: see _likely_to_serve
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # this suite's own worker (likely_to_serve)
     options = ["mockllm_divergence = warn", "mockllm_log_level = debug"]
     if given == "ini":
         make_ini(pytester, f"mockllm_recordings = {RECORDINGS}", *options)
