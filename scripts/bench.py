@@ -20,7 +20,7 @@ HTTP/1.1 keep-alive client on raw asyncio protocols, cheaper per request than th
 runs with each (`--stream-clients`), a table each: with aiohttp's client the client is the busier
 process in mockllm's burst and adds its own time to every TTFB; the raw one leaves the server the
 bottleneck. Scale runs with the raw client only, for that reason. The client reads the server's CPU
-time (utime+stime from /proc/PID/stat) and RSS (/proc/PID/status) before and after its timed part,
+time (per thread, from /proc/PID/task/*/schedstat) and RSS (/proc/PID/status) before and after its timed part,
 and its own CPU time (getrusage). Load measurements run in a fresh interpreter each
 (scripts/bench_load.py). See those files for how each number is taken.
 
@@ -70,6 +70,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -182,6 +183,12 @@ class Table:
             if line is header:
                 out.append("  ".join("-" * w for w in widths))
         return "\n".join(out)
+
+
+def ratio(measured: float, baseline: float) -> float:
+    """measured / baseline; nan (printed "-", and failing any target) where the baseline measured
+    nothing: a phase too short for its clock is no evidence either way, and must not end the bench."""
+    return measured / baseline if baseline > 0 else float("nan")
 
 
 def _fmt(value: Any) -> str:
@@ -428,16 +435,16 @@ class Bench:
                       f"{cfg.concurrency} connections; median of {cfg.rounds} round(s); load client: {client}",
                       ["metric", "baseline", "mockllm", "ratio", "target"])
         b_rps, m_rps = med("baseline", "burst", "rps"), med("mockllm", "burst", "rps")
-        table.add("burst requests/s", b_rps, m_rps, m_rps / b_rps, ">= 1.0x", passed=m_rps / b_rps >= 1.0)
+        table.add("burst requests/s", b_rps, m_rps, ratio(m_rps, b_rps), ">= 1.0x", passed=ratio(m_rps, b_rps) >= 1.0)
         b50, m50 = med("baseline", "ttfb", "p50_ms"), med("mockllm", "ttfb", "p50_ms")
-        table.add("TTFB p50 (ms)", b50, m50, m50 / b50, "<= 1.2x", passed=m50 / b50 <= 1.2)
+        table.add("TTFB p50 (ms)", b50, m50, ratio(m50, b50), "<= 1.2x", passed=ratio(m50, b50) <= 1.2)
         b99, m99 = med("baseline", "ttfb", "p99_ms"), med("mockllm", "ttfb", "p99_ms")
-        table.add("TTFB p99 (ms)", b99, m99, m99 / b99, "info")
+        table.add("TTFB p99 (ms)", b99, m99, ratio(m99, b99), "info")
         bcpu, mcpu = med("baseline", "burst", "server_cpu_us_per_req"), med("mockllm", "burst", "server_cpu_us_per_req")
-        table.add("server CPU/request (us)", bcpu, mcpu, mcpu / bcpu, "<= 0.5x", passed=mcpu / bcpu <= 0.5)
+        table.add("server CPU/request (us)", bcpu, mcpu, ratio(mcpu, bcpu), "<= 0.5x", passed=ratio(mcpu, bcpu) <= 0.5)
         fcpu = med("floor", "burst", "server_cpu_us_per_req")
-        table.add("server CPU/request vs the floor (us)", fcpu, mcpu, mcpu / fcpu, f"<= {FLOOR_TARGET}x",
-                  passed=mcpu / fcpu <= FLOOR_TARGET)
+        table.add("server CPU/request vs the floor (us)", fcpu, mcpu, ratio(mcpu, fcpu), f"<= {FLOOR_TARGET}x",
+                  passed=ratio(mcpu, fcpu) <= FLOOR_TARGET)
         table.add("server CPU busy in burst", f"{med('baseline', 'burst', 'server_cpu_util'):.0%}",
                   f"{med('mockllm', 'burst', 'server_cpu_util'):.0%}", "", "info")
         table.add("client CPU busy in burst", f"{med('baseline', 'burst', 'client_cpu_util'):.0%}",
@@ -489,7 +496,7 @@ class Bench:
                       "RSS after, pass 1 (MiB)", "peak RSS (MiB)"])
         dips: list[str] = []
         for lv in levels:
-            if lv["relative"] and med(lv["relative"]) < 0.9:
+            if lv["relative"] and not med(lv["relative"]) >= 0.9:  # nan (nothing measured) is a dip too
                 dips.append(f"{lv['concurrency']} streams {med(lv['relative']):.2f}x")
             data.add(lv["concurrency"], lv["requests"], lv["bad"], lv["rps"], cell(lv["change"]), lv["baseline_rps"],
                      cell(lv["baseline_change"]), cell(lv["vs_baseline"]), f"{lv['p50_ms']:.2f}/{lv['p99_ms']:.2f}",
@@ -632,7 +639,7 @@ def scale_levels(res: dict[str, Any], levels: list[int]) -> list[dict[str, Any]]
     med = statistics.median
 
     def change(target: str, p: int, i: int) -> float:
-        return at[target, p, levels[i]]["rps"] / max(at[target, p, lv]["rps"] for lv in levels[:i])
+        return ratio(at[target, p, levels[i]]["rps"], max(at[target, p, lv]["rps"] for lv in levels[:i]))
 
     out = []
     for i, c in enumerate(levels):
@@ -643,8 +650,8 @@ def scale_levels(res: dict[str, Any], levels: list[int]) -> list[dict[str, Any]]
             "concurrency": c, "requests": sum(m["requests"] for m in runs), "first": runs[0],
             "bad": sum(at[t, p, c]["bad"] for t in res for p in passes),
             "change": mine, "baseline_change": floor,
-            "relative": [m / min(1.0, f) for m, f in zip(mine, floor, strict=True)],
-            "vs_baseline": [at["mockllm", p, c]["rps"] / at["baseline", p, c]["rps"] for p in passes],
+            "relative": [ratio(m, min(1.0, f)) for m, f in zip(mine, floor, strict=True)],
+            "vs_baseline": [ratio(at["mockllm", p, c]["rps"], at["baseline", p, c]["rps"]) for p in passes],
             "baseline_rps": med(at["baseline", p, c]["rps"] for p in passes),
             "baseline_cpu": med(at["baseline", p, c]["server_cpu_us_per_req"] for p in passes),
             **{k: med(m[k] for m in runs) for k in (
@@ -724,6 +731,7 @@ def main(argv: list[str]) -> int:
     except Exception as exc:
         for table in bench.tables:
             print(table.render(), end="\n\n")
+        traceback.print_exc()
         print(f"bench: failed: {exc}", file=sys.stderr)
         return 2
     finally:

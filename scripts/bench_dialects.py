@@ -162,17 +162,6 @@ def target(dialect: str) -> float:
     return TARGETS.get(dialect, TARGET)
 
 
-def cpu_seconds(pid: int) -> float:
-    """The server's CPU time so far, every thread's, to the nanosecond where Linux keeps it
-    (/proc/PID/task/*/schedstat); else utime+stime, to the clock tick. A pass of one copy takes
-    tens of milliseconds of server CPU: ticks (10 ms) would blur it."""
-    try:
-        return sum(int(Path(task, "schedstat").read_text().split()[0])
-                   for task in Path(f"/proc/{pid}/task").iterdir()) / 1e9
-    except (OSError, ValueError, IndexError):
-        return proc_cpu_seconds(pid)
-
-
 async def _pass(http: aiohttp.ClientSession, base: str, pid: int, dialect: str, requests: int,
                 scenario: str) -> tuple[int, float]:
     """`requests` streamed calls in `dialect`, each a distinct call of `scenario` (a fresh run of it,
@@ -197,9 +186,9 @@ async def _pass(http: aiohttp.ClientSession, base: str, pid: int, dialect: str, 
                 await response.read()
                 ok += response.status == 200
 
-    before = cpu_seconds(pid)
+    before = proc_cpu_seconds(pid)
     await asyncio.gather(*(worker() for _ in range(CONNECTIONS)))
-    return ok, cpu_seconds(pid) - before
+    return ok, proc_cpu_seconds(pid) - before
 
 
 async def _floor_pass(http: aiohttp.ClientSession, floor: str, pid: int, requests: int) -> tuple[int, float]:
@@ -216,9 +205,9 @@ async def _floor_pass(http: aiohttp.ClientSession, floor: str, pid: int, request
                 await response.read()
                 ok += response.status == 200
 
-    before = cpu_seconds(pid)
+    before = proc_cpu_seconds(pid)
     await asyncio.gather(*(worker() for _ in range(CONNECTIONS)))
-    return ok, cpu_seconds(pid) - before
+    return ok, proc_cpu_seconds(pid) - before
 
 
 async def measure(base: str, pid: int, requests: int, rounds: int,

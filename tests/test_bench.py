@@ -276,6 +276,40 @@ def test_scale_alternates_the_order_of_levels_and_of_servers() -> None:
     assert [(m["pass"], m["concurrency"]) for m in out[0]["levels"]] == [(0, 1), (0, 10), (1, 10), (1, 1)]
 
 
+def test_a_phase_too_short_for_its_clock_fails_its_target_and_the_bench_goes_on(tmp_path: Path) -> None:
+    """CI once read 0 ticks of the floor's CPU over a quick burst: the ratio divided by zero and the
+    bench died with no tables after the first. A baseline that measured nothing is no evidence:
+    its ratio prints "-" and fails its target."""
+    bench_run = bench.Bench(bench.parse_args(["--quick"]), tmp_path)
+    phase = {"rps": 1000.0, "p50_ms": 0.2, "p99_ms": 0.3, "server_cpu_us_per_req": 50.0, "server_cpu_util": 0.5,
+             "client_cpu_util": 0.5, "client_cpu_us_per_req": 40.0, "bad": 0, "run_failures": 0,
+             "unconsumed_runs": 0, "errors": []}
+    mine = {**phase, "server_cpu_us_per_req": 20.0}
+    rounds = {"baseline": [{"ttfb": phase, "burst": phase}], "mockllm": [{"ttfb": mine, "burst": mine}],
+              "floor": [{"burst": {**phase, "server_cpu_us_per_req": 0.0}}]}
+    bench_run.streaming_table("raw", rounds)
+    (table,) = bench_run.tables
+    assert isinstance(table, bench.Table)
+    row = next(r for r in table.rows if r.cells[0].startswith("server CPU/request vs the floor"))
+    assert row.cells[3] == "-" and row.passed is False
+    assert [r.passed for r in table.rows if r is not row and r.passed is not None] == [True, True, True, True, True]
+
+
+def test_server_cpu_is_read_finer_than_the_clock_tick() -> None:
+    """A quick phase costs tens of milliseconds: ticks of 10 ms would read it as 0, 1 or 2."""
+    child = subprocess.Popen([sys.executable, "-c", "import sys, time\nt = time.process_time()\n"
+                              "while time.process_time() - t < 0.0137: pass\nprint(flush=True)\nsys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None and child.stdout.readline()  # the burn is done
+        before = bench_client.proc_cpu_seconds(child.pid)
+        assert bench_client.proc_cpu_seconds(child.pid) == before  # idle: nothing more
+        assert 0.0137 <= before < 2.0
+        assert round(before * 100) != before * 100  # not a whole number of ticks
+    finally:
+        child.communicate(b"")
+
+
 def _scale_result(rps: dict[str, list[list[float]]]) -> dict[str, Any]:
     """A scale result as scale_paired returns it: rps[target][pass][level index]."""
     levels = [1, 10, 100]
