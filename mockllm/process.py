@@ -38,7 +38,6 @@ socket passes over it (SCM_RIGHTS): POSIX, as the inherited descriptor it replac
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import importlib
 import json
@@ -399,21 +398,13 @@ def _read_exactly(control: socket.socket, size: int, fds: list[int]) -> bytes | 
     return data
 
 
-def _in_the_background() -> None:
-    """Run as a batch task (Linux's SCHED_BATCH): a request that wakes the server no longer
-    preempts a running process, the server runs where a core is free. The tests it serves are
-    CPU-bound (xdist runs one per core), and a test that waits for an answer frees its core. Measured
-    on 2 x 200 x 5 (-n 2): the workers were preempted 5,000-5,400 times a session, against
-    vcrpy's 1,800-2,200, each time left with caches the server had used; as a batch task, 1,850-2,150
-    times, and the server woke 1,400-1,670 times instead of 3,460-3,560, for 0.1-0.4 s less CPU."""
-    policy = getattr(os, "SCHED_BATCH", None)
-    if policy is not None:
-        with contextlib.suppress(OSError):
-            os.sched_setscheduler(0, policy, os.sched_param(0))
-
-
 def main() -> int:
-    _in_the_background()
+    # The server keeps the scheduling it inherits. As a batch task (SCHED_BATCH, until b07b764) a
+    # request that woke it never preempted a test, but the answer could wait for a busy core while
+    # the core its test had freed stayed idle: on 2 x 200 x 5 (-n 2) the cores were idle 6-8 % of
+    # the tests' time, against 2-3 % as a normal task (the floor's, a bare server's, is 2 %). As a
+    # normal task: 0.19 s less wall time per session (median of 10 interleaved pairs, 9 faster),
+    # for 0.05 s more of the server's CPU; with one worker, no difference.
     for module in SERVING:  # before the orders: a spare makes them while its parent is still busy
         importlib.import_module(module)
     from mockllm.hosting.listen import run_main
