@@ -294,9 +294,9 @@ def test_a_folder_that_does_not_load_is_not_loaded_ahead(tmp_path: Path) -> None
 
 
 def test_the_server_process_keeps_the_scheduling_it_inherits() -> None:
-    """Not a batch task: under xdist a batch task's wake-ups waited in a busy core's queue while the
-    test waiting for the answer left its own core idle (see process.main; Linux, as the process
-    mode's control channel is POSIX)."""
+    """Not a batch task: under xdist a batch task's answer could wait for a busy core while the test
+    waiting for it left its own core idle (see process.main; Linux, as the process mode's control
+    channel is POSIX)."""
     before = server_children()
     with mockllm.Server(RECORDINGS / "text-turn", process=True, **WARN):
         (pid,) = server_children() - before
