@@ -376,6 +376,14 @@ def test_the_lanes_header_view_reads_headers_as_aiohttps_dict_does():
     assert {name.lower() for name in view} == {name.lower() for name in aiohttps}
     with pytest.raises(KeyError):
         view["absent"]
+    # As the lane builds it: with the names `_parse_head` lowercased while it read the head.
+    parsed = fast_lane._parse_head(b"POST /v1 HTTP/1.1\r\n" + b"\r\n".join(n + b": " + v for n, v in raw))
+    assert parsed is not None
+    _, _, parsed_raw, names, _, _ = parsed
+    assert parsed_raw == raw and names == tuple(n.lower() for n, _ in raw)
+    lane_view = fast_lane.HeaderView(parsed_raw, names)
+    for name in ("host", "HOST", "x-SESSION", "X-Bytes", "empty", "absent", "ünïcode"):
+        assert lane_view.get(name) == aiohttps.get(name), name
 
 
 async def test_a_run_that_records_is_ended_by_aiohttps_handler(serve, connect, monkeypatch):

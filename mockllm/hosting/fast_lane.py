@@ -102,6 +102,7 @@ class _Whole(NamedTuple):
     method: str
     target: str
     raw: RawHeaders
+    names: tuple[bytes, ...]  # raw's names lowercased, as `_parse_head` compared them
     body: bytes
 
 
@@ -116,13 +117,14 @@ class _Head(NamedTuple):
     method: str
     target: str
     raw: RawHeaders
+    names: tuple[bytes, ...]
 
     def whole(self, buffer: bytearray) -> _Whole | None:
         """The request, once `buffer` holds all of it."""
         if len(buffer) < self.length:
             return None
         body = bytes(buffer[self.start:self.length])
-        return _Whole(self.length, self.route, self.method, self.target, self.raw, body)
+        return _Whole(self.length, self.route, self.method, self.target, self.raw, self.names, body)
 
 
 def _next_request(buffer: bytearray, lane: Lane) -> _Whole | _Head | None:
@@ -135,38 +137,37 @@ def _next_request(buffer: bytearray, lane: Lane) -> _Whole | _Head | None:
     head = _parse_head(bytes(buffer[:end]))
     if head is None:
         return None
-    method, target, raw, length, keep_alive = head
+    method, target, raw, names, length, keep_alive = head
     start = end + 4
     whole = len(buffer) - start >= length
     verb = method.decode("ascii")  # letters only (`_parse_head`)
     route = lane.route(verb, target) if keep_alive else None
     if whole:
-        return _Whole(start + length, route, verb, target, raw, bytes(buffer[start:start + length]))
+        return _Whole(start + length, route, verb, target, raw, names, bytes(buffer[start:start + length]))
     if route is None or length > BODY_LIMIT:
         return None  # a body the lane does not wait for: aiohttp gathers it
-    return _Head(start, start + length, route, verb, target, raw)
+    return _Head(start, start + length, route, verb, target, raw, names)
 
 
 class HeaderView(Mapping[str, str]):
     """A request's headers as the lane reads them: by name, case-insensitively, the first of a
     name (as aiohttp's `CIMultiDict` has it), its value decoded as aiohttp decodes it, and only
     when asked. The lane asks for two or three (a session's, `Host`); building aiohttp's dict of a
-    request's twenty cost more than all the lane's look-ups."""
+    request's twenty cost more than all the lane's look-ups. `names`: the names lowercased, which
+    `_parse_head` has made already (else made here)."""
 
-    __slots__ = ("_raw",)
+    __slots__ = ("_names", "_raw")
 
-    def __init__(self, raw: RawHeaders) -> None:
+    def __init__(self, raw: RawHeaders, names: tuple[bytes, ...] | None = None) -> None:
         self._raw = raw
+        self._names = names if names is not None else tuple(name.lower() for name, _ in raw)
 
     def get(self, name: str, default: Any = None) -> Any:
         try:
-            key = name.lower().encode("latin-1")
-        except UnicodeEncodeError:  # no header's name holds it
+            at = self._names.index(name.lower().encode("latin-1"))  # the first of that name
+        except (UnicodeEncodeError, ValueError):  # no header's name holds it, or none has it
             return default
-        for found, value in self._raw:
-            if found.lower() == key:
-                return value.decode("utf-8", "surrogateescape")
-        return default
+        return self._raw[at][1].decode("utf-8", "surrogateescape")
 
     def __getitem__(self, name: str) -> str:
         value: str | None = self.get(name)
@@ -185,7 +186,8 @@ def _answer(lane: Lane, request: _Whole, connection: Responder, transport: async
     """Whether the lane answered `request` (its route set); None: a bug in the lane ended the
     connection, and nothing more is read from it."""
     try:
-        return lane.answer(request.route, HeaderView(request.raw), request.raw, request.body, connection)
+        return lane.answer(request.route, HeaderView(request.raw, request.names), request.raw, request.body,
+                           connection)
     except Exception:  # the lane answers its own errors; this is a bug in it: this connection ends
         log.exception("internal error in the fast lane on %s %s", request.method, request.target)
         if transport is not None:
@@ -456,9 +458,10 @@ class LaneConnections(Connections):
         self.open.clear()
 
 
-def _parse_head(head: bytes) -> tuple[bytes, str, RawHeaders, int, bool] | None:
-    """A request's method, target, headers and body length from its head (without the blank
-    line; a request with no `Content-Length` has none), and whether the lane may answer it as to
+def _parse_head(head: bytes) -> tuple[bytes, str, RawHeaders, tuple[bytes, ...], int, bool] | None:
+    """A request's method, target, headers (and their names lowercased) and body length from its
+    head (without the blank line; a request with no `Content-Length` has none), and whether the
+    lane may answer it as to
     its connection (no `Connection` but `keep-alive`); None for a request the lane cannot delimit
     or must leave to aiohttp from here on (another version, a transfer or content coding,
     `Expect`, `Upgrade`, a head that is not plainly well formed). Every request's head passes
@@ -475,6 +478,7 @@ def _parse_head(head: bytes) -> tuple[bytes, str, RawHeaders, int, bool] | None:
     length: int | None = None
     keep_alive = True
     raw: list[tuple[bytes, bytes]] = []
+    names: list[bytes] = []
     for line in lines[1:]:
         name, colon, value = line.partition(b":")
         if not (colon and name):
@@ -490,9 +494,10 @@ def _parse_head(head: bytes) -> tuple[bytes, str, RawHeaders, int, bool] | None:
         elif lower == b"connection":
             keep_alive = value.lower() == b"keep-alive"
         raw.append((name, value))
+        names.append(lower)
     if raw and not _TOKEN.fullmatch(b"".join([name for name, _ in raw])):
         return None  # a name that is not an HTTP token (the names joined are one only if each is)
-    return method, target.decode("utf-8", "surrogateescape"), tuple(raw), length or 0, keep_alive
+    return method, target.decode("utf-8", "surrogateescape"), tuple(raw), tuple(names), length or 0, keep_alive
 
 
 _dated = (0, "")  # the second the Date header was last formatted in, and its value
