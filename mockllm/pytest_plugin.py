@@ -81,6 +81,8 @@ SHARED = pytest.StashKey["SharedServer"]()
 # The recordings folder, made absolute once: collection asks about every path it meets.
 RECORDINGS_ROOT = pytest.StashKey[Path]()
 URL_KEY = "mockllm_url"  # its address, in each worker's `workerinput`
+# The names of the scenarios the session's server serves, for tests with no marker (see _served).
+SERVED = pytest.StashKey[frozenset[str]]()
 
 
 
@@ -321,6 +323,8 @@ def mockllm_run(request: pytest.FixtureRequest, mockllm_server: Server) -> Itera
     _prepare_next(node, mockllm_server)  # goes behind the run's end, in the same write
     report = run.end(discard=None if passed else "the test did not pass")
     if report.recording is not None:
+        if report.recording.written and SERVED in request.config.stash:
+            del request.config.stash[SERVED]  # the server serves it from now on: ask again
         node.add_report_section("teardown", "mockllm", report.recording.message)
         request.config.stash[RECORDED].append((node.nodeid, report.recording))
     if report.problems(require_consumed=consume):
@@ -404,12 +408,14 @@ def _invoked_path(config: pytest.Config, nodeid: str) -> str:
 def _marker(marker: pytest.Mark | None, server: Server, item: pytest.Item) -> tuple[str, bool, dict[str, Any]]:
     """The marker's scenario, `consume`, and the run settings it gives this test (DESIGN.md §6)."""
     if marker is None:
-        names = server.scenarios  # one admin call when the server is a process: asked once
-        if len(names) == 1 and server.options.record_mode == "none":  # naming it adds nothing
-            return names[0], True, {}
-        if server.options.record_mode != "none" or scenario_for(item) in names:
+        if server.options.record_mode != "none":
             return scenario_for(item), True, {}
-        pytest.fail(f'mockllm_run needs @pytest.mark.mockllm("scenario"); loaded: {", ".join(names)}. '
+        names = _served(item.config, server)
+        if len(names) == 1:  # naming it adds nothing
+            return next(iter(names)), True, {}
+        if scenario_for(item) in names:
+            return scenario_for(item), True, {}
+        pytest.fail(f'mockllm_run needs @pytest.mark.mockllm("scenario"); loaded: {", ".join(sorted(names))}. '
                     f"@pytest.mark.mockllm() names the scenario after the test: {scenario_for(item)}", pytrace=False)
     args, kwargs = marker.args or (scenario_for(item),), dict(marker.kwargs)
     consume = kwargs.pop("consume", True)
@@ -419,3 +425,16 @@ def _marker(marker: pytest.Mark | None, server: Server, item: pytest.Item) -> tu
         pytest.fail(f'expected @pytest.mark.mockllm("scenario", consume=True), got {marker}{why}; run settings '
                     f"it takes: {', '.join(RUN_FIELDS)}", pytrace=False)
     return args[0], consume, kwargs
+
+
+def _served(config: pytest.Config, server: Server) -> frozenset[str]:
+    """The names of the scenarios `server` serves, asked once per session: each ask is an admin
+    call that lists every scenario (5 ms at 200 scenarios, 24 ms at 1,000), and every test with no
+    marker asked twice (its setup, and the test before it preparing its run). Asked again after a
+    run recorded one (`mockllm_run`'s teardown): a test's marker may record in a replaying session. Under
+    xdist each worker asks once; a recording made in another worker is not seen (a test named
+    after a scenario another test records is a contrived case)."""
+    served = config.stash.get(SERVED, None)
+    if served is None:
+        served = config.stash[SERVED] = frozenset(server.scenarios)
+    return served

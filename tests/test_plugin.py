@@ -9,7 +9,7 @@ from pathlib import Path
 import openai  # noqa: F401  (imported once here: pytester drops what each inner run imports)
 import pytest
 
-import mockllm.api  # noqa: F401  (likewise: aiohttp and the server)
+import mockllm.api  # (likewise: aiohttp and the server)
 
 pytest_plugins = ["pytester"]
 
@@ -126,6 +126,46 @@ def test_one_call_too_many(mockllm_run):
         "  failure script_exhausted in session session.jsonl (live id agent), call 1 *: run run-* session "
         "session.jsonl * made call 1 * but its script has 1 entries*",
     ])
+
+
+def test_tests_with_no_marker_ask_the_server_its_scenarios_once(pytester: pytest.Pytester,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # A test with no marker replays the scenario named after it, if the server serves one: the
+    # plugin asks the server its scenarios (an admin call listing every one, 24 ms at 1,000) once
+    # per session, not in each such test's setup and again as the test before it prepares its run.
+    for test in ("test_a", "test_b", "test_c"):
+        shutil.copytree(RECORDINGS / "text-turn", pytester.path / "recordings" / "test_names" / test)
+    shutil.copytree(RECORDINGS / "tool-loop", pytester.path / "recordings" / "tool-loop")
+    make_ini(pytester, "mockllm_divergence = warn")
+    pytester.makepyfile(test_names=PRELUDE + """
+def test_a(mockllm_run):
+    assert mockllm_run.scenario == "test_names/test_a"
+    assert call(mockllm_run).choices[0].message.content == "Hello from the recorded model!"
+
+def test_b(mockllm_run):
+    assert mockllm_run.scenario == "test_names/test_b"
+    call(mockllm_run)
+
+def test_c(mockllm_run):
+    assert mockllm_run.scenario == "test_names/test_c"
+    call(mockllm_run)
+
+def test_unrecorded(mockllm_run):
+    pass
+""")
+    asked: list[str] = []
+    listed = mockllm.api.Server.scenarios
+
+    def counted(server: mockllm.api.Server) -> list[str]:
+        asked.append(server.url)
+        return listed.fget(server)  # type: ignore[misc]
+
+    monkeypatch.setattr(mockllm.api.Server, "scenarios", property(counted))
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=3, errors=1)
+    result.stdout.fnmatch_lines(['*mockllm_run needs @pytest.mark.mockllm("scenario"); loaded: test_names/test_a, '
+                                 "test_names/test_b, test_names/test_c, tool-loop. * test_names/test_unrecorded"])
+    assert len(asked) == 1
 
 
 def test_flag_overrides_the_ini_and_default_is_recordings_under_the_rootdir(pytester: pytest.Pytester) -> None:

@@ -198,6 +198,28 @@ def test_breaks(mockllm_run):
     assert not (project.path / "recordings").exists()
 
 
+def test_a_scenario_recorded_in_a_replaying_session_is_served_to_the_test_named_after_it(
+        project: pytest.Pytester, upstream: ScriptedUpstream) -> None:
+    # The plugin asks the server its scenarios once per session, for tests with no marker, and
+    # again once a run has recorded one: here a marker records the next test's scenario.
+    project.runpytest("-k", "test_tool_loop", "--mockllm-record-mode", "once").assert_outcomes(passed=1, deselected=2)
+    project.makepyfile(test_later='''
+import pytest
+
+from test_agent import PROMPT, ask
+
+@pytest.mark.mockllm("test_later/test_second", record_mode="once")
+def test_first(mockllm_run):
+    assert [c["name"] for c in ask(mockllm_run, [{"role": "user", "content": PROMPT}])[1]] == ["add"]
+
+def test_second(mockllm_run):
+    assert mockllm_run.scenario == "test_later/test_second"
+    assert [c["name"] for c in ask(mockllm_run, [{"role": "user", "content": PROMPT}])[1]] == ["add"]
+''')
+    project.runpytest("test_later.py").assert_outcomes(passed=2)
+    assert len(upstream.received) == 3, "the tool loop's two calls, then test_first's; test_second replayed"
+
+
 def test_a_test_with_no_recording_fails_under_none_naming_the_command_that_records_it(project: pytest.Pytester) -> None:
     result = project.runpytest("-k", "test_tool_loop")
     result.assert_outcomes(deselected=2, errors=1)
