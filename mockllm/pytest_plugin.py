@@ -431,9 +431,9 @@ def _served(config: pytest.Config, server: Server) -> frozenset[str]:
     """The names of the scenarios `server` serves, asked once per session: each ask is an admin
     call that lists every scenario (5 ms at 200 scenarios, 24 ms at 1,000), and every test with no
     marker asked twice (its setup, and the test before it preparing its run). Asked again after a
-    run recorded one (`mockllm_run`'s teardown): a test's marker may record in a replaying session. Under
-    xdist each worker asks once; a recording made in another worker is not seen (a test named
-    after a scenario another test records is a contrived case)."""
+    run recorded one (`mockllm_run`'s teardown): a test's marker may record in a replaying session.
+    Under xdist each worker asks once; a recording made in another worker is not seen (a test
+    named after a scenario another test records is a contrived case)."""
     served = config.stash.get(SERVED, None)
     if served is None:
         served = config.stash[SERVED] = frozenset(server.scenarios)
