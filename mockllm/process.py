@@ -399,7 +399,7 @@ def _read_exactly(control: socket.socket, size: int, fds: list[int]) -> bytes | 
 
 
 def main() -> int:
-    # The server keeps the scheduling it inherits. As a batch task (SCHED_BATCH, until b07b764) a
+    # The server keeps the scheduling it inherits. As a batch task (SCHED_BATCH, 42a2125 until c610c6a) a
     # request that woke it never preempted a test, but the answer could wait for a busy core while
     # the core its test had freed stayed idle: on 2 x 200 x 5 (-n 2) the cores were idle 6-8 % of
     # the tests' time, against 2-3 % as a normal task (the floor's, a bare server's, is 2 %). As a

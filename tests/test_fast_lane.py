@@ -366,7 +366,7 @@ async def test_a_runs_end_and_the_next_runs_creation_in_one_write_are_the_lanes_
 def test_the_lanes_header_view_reads_headers_as_aiohttps_dict_does():
     raw = ((b"Host", b"x"), (b"X-Session", b"first"), (b"x-session", b"second"), (b"X-Bytes", b"\xff\xfeok"),
            (b"Empty", b""))
-    view = fast_lane.HeaderView(raw)
+    view = fast_lane.HeaderView(raw, tuple(n.lower() for n, _ in raw))
     aiohttps = CIMultiDictProxy(CIMultiDict((n.decode("latin-1"), v.decode("utf-8", "surrogateescape"))
                                             for n, v in raw))
     for name in ("host", "HOST", "x-SESSION", "X-Bytes", "empty", "absent", "ünïcode"):

@@ -153,14 +153,14 @@ class HeaderView(Mapping[str, str]):
     """A request's headers as the lane reads them: by name, case-insensitively, the first of a
     name (as aiohttp's `CIMultiDict` has it), its value decoded as aiohttp decodes it, and only
     when asked. The lane asks for two or three (a session's, `Host`); building aiohttp's dict of a
-    request's twenty cost more than all the lane's look-ups. `names`: the names lowercased, which
-    `_parse_head` has made already (else made here)."""
+    request's twenty cost more than all the lane's look-ups. `names`: `raw`'s names lowercased, as
+    `_parse_head` made them while it checked the head."""
 
     __slots__ = ("_names", "_raw")
 
-    def __init__(self, raw: RawHeaders, names: tuple[bytes, ...] | None = None) -> None:
+    def __init__(self, raw: RawHeaders, names: tuple[bytes, ...]) -> None:
         self._raw = raw
-        self._names = names if names is not None else tuple(name.lower() for name, _ in raw)
+        self._names = names
 
     def get(self, name: str, default: Any = None) -> Any:
         try:
@@ -461,11 +461,11 @@ class LaneConnections(Connections):
 def _parse_head(head: bytes) -> tuple[bytes, str, RawHeaders, tuple[bytes, ...], int, bool] | None:
     """A request's method, target, headers (and their names lowercased) and body length from its
     head (without the blank line; a request with no `Content-Length` has none), and whether the
-    lane may answer it as to
-    its connection (no `Connection` but `keep-alive`); None for a request the lane cannot delimit
-    or must leave to aiohttp from here on (another version, a transfer or content coding,
-    `Expect`, `Upgrade`, a head that is not plainly well formed). Every request's head passes
-    here: the checks run once over the whole head (its lines joined), not once per line."""
+    lane may answer it as to its connection (no `Connection` but `keep-alive`); None for a request
+    the lane cannot delimit or must leave to aiohttp from here on (another version, a transfer or
+    content coding, `Expect`, `Upgrade`, a head that is not plainly well formed). Every request's
+    head passes here: the checks run once over the whole head (its lines joined), not once per
+    line."""
     lines = head.split(b"\r\n")
     if len(head) > MAX_LINE and any(len(line) > MAX_LINE for line in lines):
         return None
