@@ -326,6 +326,8 @@ class Server:
                 return RunHandle(self, _admin_result(*self._admin_connection().collect()), scenario)
             except (OSError, http.client.HTTPException, LookupError):
                 pass  # the answer was lost with the connection: ask again
+            finally:
+                self.relay_logs()
         self._discard_prepared()
         return RunHandle(self, self.admin("POST", f"{self.url}/_mockllm/runs", asked), scenario)
 
@@ -360,14 +362,28 @@ class Server:
     def admin(self, method: str, url: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """One admin call: the decoded JSON answer, or AdminError."""
         data = json.dumps(body).encode() if body is not None else None
-        return _admin_result(*self._admin_connection().request(method, url, data))
+        try:
+            return _admin_result(*self._admin_connection().request(method, url, data))
+        finally:
+            self.relay_logs()
 
     def fetch_text(self, url: str) -> str:
         """A page the server renders (an inspector report), or AdminError."""
-        status, raw = self._admin_connection().request("GET", url)
+        try:
+            status, raw = self._admin_connection().request("GET", url)
+        finally:
+            self.relay_logs()
         if status >= 400:
             _admin_result(status, raw)  # raises AdminError with the server's reason
         return raw.decode("utf-8")
+
+    def relay_logs(self) -> None:
+        """With `process=True`: log again in this process, under the same loggers and levels, what
+        the server process has logged so far. Done after every admin call and as the server stops:
+        its records come back then, not as they are logged, since no thread here waits for them (see
+        `mockllm.process._ChildLogs`). The pytest plugin also relays as each test's call ends."""
+        if self._child is not None:
+            self._child.relay_logs()
 
     def _admin_connection(self) -> AdminConnection:
         if self._connection is None:

@@ -21,8 +21,10 @@ The protocol between the two is private and small:
   when it cannot start (the parent raises it as the thread would have);
 - the child serves until its control channel closes: the parent closing it, or the parent dying for
   any reason, so a killed test run leaves no server behind;
-- the child's log records come back as JSON lines on its stderr and are logged again in the parent
-  under the same logger names and levels, where pytest's log capture sees them as before.
+- the child's log records come back as JSON lines on its stderr, and are logged again in the parent
+  under the same logger names and levels, where pytest's log capture sees them as before
+  (`_ChildLogs`). Its stderr is a file, not a pipe, and the parent relays what is new after each
+  admin call (`Server`'s) and as the child stops, not from a thread: see `_ChildLogs` for why.
 
 A spare (`start_spare`): a child started before its orders are known, which makes its imports
 meanwhile, and loads what it is told the orders will likely be. The pytest plugin starts one while
@@ -44,11 +46,14 @@ import json
 import logging
 import os
 import pickle
+import select
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -80,7 +85,7 @@ class _Child:
 
     proc: subprocess.Popen[bytes]
     control: socket.socket
-    logs: threading.Thread
+    logs: _ChildLogs
     env: dict[str, str] = field(repr=False)
     cwd: str
 
@@ -88,17 +93,16 @@ class _Child:
     def start(cls) -> _Child:
         env, cwd = _child_env(), os.getcwd()
         control, theirs = socket.socketpair()
+        logs = _ChildLogs()
         try:
             proc = subprocess.Popen([sys.executable, "-m", "mockllm.process"], stdin=theirs.fileno(),
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+                                    stdout=subprocess.PIPE, stderr=logs.file, env=env)
         except BaseException:
             control.close()
+            logs.close()
             raise
         finally:
             theirs.close()  # the child's end is the child's: its EOF must come when ours closes
-        assert proc.stderr is not None
-        logs = threading.Thread(target=_relay_logs, args=(proc.stderr,), name="mockllm-server-logs", daemon=True)
-        logs.start()
         return cls(proc, control, logs, env, cwd)
 
     def order(self, path: Path | None, options: ServeOptions, sock: socket.socket | None, *,
@@ -123,7 +127,7 @@ class _Child:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        self.logs.join(timeout=STOP_TIMEOUT)
+        self.logs.close()
         if proc.stdout is not None:
             proc.stdout.close()
 
@@ -222,6 +226,11 @@ class ServerProcess:
             raise kind(ready.get("error", "the server process did not start"))
         return str(ready["url"])
 
+    def relay_logs(self) -> None:
+        """Log again here what the child has logged since the last relay (`_ChildLogs`)."""
+        if self._child is not None:
+            self._child.logs.relay()
+
     def stop(self) -> None:
         """Stop the child (see `_Child.stop`)."""
         child, self._child = self._child, None
@@ -238,23 +247,82 @@ def _child_env() -> dict[str, str]:
 
 
 def _read_line(stream: IO[bytes], timeout: float) -> bytes | None:
-    """One line from `stream` within `timeout` s, or None (the child is stuck, or exited)."""
-    result: list[bytes] = []
-    reader = threading.Thread(target=lambda: result.append(stream.readline()), daemon=True)
-    reader.start()
-    reader.join(timeout)
-    return result[0] if result and result[0].strip() else None
+    """One line from `stream` within `timeout` s, or None (the child is stuck, or exited). Waited for
+    with `select`, not in a thread: see `_ChildLogs`. Read off the descriptor, past the stream's
+    buffer: the ready line is all the child ever writes there."""
+    fd, line = stream.fileno(), b""
+    deadline = time.monotonic() + timeout
+    while b"\n" not in line:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        more = os.read(fd, 1 << 12)
+        if not more:
+            break
+        line += more
+    line = line.partition(b"\n")[0]
+    return line if line.strip() else None
 
 
-def _relay_logs(stream: IO[bytes]) -> None:
-    """Log the child's records again in this process; pass on anything else it writes."""
-    with stream:
-        for raw in stream:
+class _ChildLogs:
+    """The child's stderr, relayed here: an unlinked temporary file the child writes, read with
+    `relay` from where the last relay stopped. Each complete JSON line is a record logged again under
+    its logger's name and level; anything else the child wrote (a traceback) goes to this stderr.
+
+    Why no thread reads it as it comes: a second thread in the test's process, even one that only
+    waits, makes every `malloc` and `free` of the process take a lock (glibc skips it while a
+    process has one thread, and never again once a thread has started). On 1 x 200 x 1, building
+    the `openai` client took 0.75 ms more CPU per test, 4 % of it, in the process that had the
+    thread that read this as a pipe (see docs/benchmarks.md). Why a file: a pipe read only now and
+    then fills (64 KiB) under a debug log level, and then the server stops, blocked on writing a
+    log line, until the next admin call that will not come.
+
+    So a record reaches this process's loggers after the admin call that follows it (`Server` relays
+    after each), or as the child stops; in the pytest plugin, by the test's teardown at the latest,
+    inside the test's own captured log."""
+
+    def __init__(self) -> None:
+        self.file = tempfile.TemporaryFile()  # noqa: SIM115  (closed by close(); the child's copy is its stderr)
+        self._read = 0  # the offset relayed up to; read with pread, the file's own offset is the child's
+        self._partial = b""  # a line the child has not finished writing
+        self._lock = threading.Lock()  # a Server's admin calls may come from several threads
+
+    def relay(self, *, final: bool = False) -> None:
+        """Relay every complete line written since the last relay (`final`: the last, unfinished one too)."""
+        with self._lock:
+            if self.file.closed:
+                return
+            data = self._partial
             try:
-                record = json.loads(raw)
-                logging.getLogger(record["name"]).log(record["level"], "%s", record["message"])
-            except (ValueError, KeyError, TypeError):
-                sys.stderr.write(raw.decode(errors="replace"))
+                while more := os.pread(self.file.fileno(), 1 << 16, self._read):
+                    self._read += len(more)
+                    data += more
+            except OSError:
+                return
+            *lines, self._partial = data.split(b"\n")
+            if final and self._partial:
+                lines.append(self._partial)
+                self._partial = b""
+        for raw in lines:
+            _relay_line(raw)
+
+    def close(self) -> None:
+        """Relay what is left (the child has exited: all it wrote is there) and close the file."""
+        self.relay(final=True)
+        with self._lock:
+            self.file.close()
+
+
+def _relay_line(raw: bytes) -> None:
+    """Log one of the child's records again in this process; pass on anything else it wrote."""
+    try:
+        record = json.loads(raw)
+        # The message is the record's whole text, not an argument of a shared "%s": the repeat limit a
+        # thread's server puts on these loggers (log_rate) tells records apart by that text.
+        logging.getLogger(record["name"]).log(record["level"], str(record["message"]))
+    except (ValueError, KeyError, TypeError):
+        if raw.strip():
+            sys.stderr.write(raw.decode(errors="replace") + "\n")
 
 
 class _JsonLines(logging.Formatter):

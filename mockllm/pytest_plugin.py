@@ -199,6 +199,20 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     return (yield)
 
 
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """The server process's log records of the test's calls, logged in the test's process as its call
+    ends: they come back at admin calls (`Server.relay_logs`), and the next is the teardown's, whose
+    captured log the report of a failed call does not show. Last of the wrappers, so the innermost:
+    inside the call's log capture."""
+    try:
+        return (yield)
+    finally:
+        server = getattr(item, "funcargs", {}).get("mockllm_server")
+        if server is not None:
+            server.relay_logs()
+
+
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     """Never look for tests in a recorded scenario's folder under the recordings folder: it holds
     logs, not tests, and pytest made a directory node of each (its conftest lookups, its listing),

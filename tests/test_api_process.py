@@ -3,6 +3,8 @@ plugin's default), driven with the real openai SDK over loopback; and the kept-a
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import shutil
@@ -24,6 +26,7 @@ import mockllm
 from mockllm import process
 from mockllm.errors import NotAScenarioError
 from mockllm.hosting.admin_client import AdminConnection
+from mockllm.hosting.log_rate import limit_repeats
 from mockllm.options import in_process
 from mockllm.shared_server import SharedServer, attach
 from tests.server_children import server_children
@@ -116,16 +119,69 @@ def test_a_parent_that_dies_leaves_no_server_behind(tmp_path: Path) -> None:
     assert not answered(url)
 
 
-def test_the_childs_log_records_reach_the_parents_loggers(caplog: pytest.LogCaptureFixture) -> None:
+def test_the_childs_log_records_reach_the_parents_loggers_by_the_next_admin_call(
+        caplog: pytest.LogCaptureFixture) -> None:
+    def served() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if "call 0 (0-based): 200" in r.getMessage()]
+
     with caplog.at_level(logging.INFO, logger="mockllm"), \
             mockllm.Server(RECORDINGS / "text-turn", process=True, log_level="info", **WARN) as server, \
             server.run("text-turn") as run, \
             openai.OpenAI(base_url=run.base_url, api_key="x", max_retries=0) as client:
         client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
-        deadline = time.monotonic() + 30
-        while not any(r.name.startswith("mockllm") for r in caplog.records) and time.monotonic() < deadline:
-            time.sleep(0.05)
-    assert any(r.name.startswith("mockllm") and r.levelno == logging.INFO for r in caplog.records), caplog.text
+        run.report()  # the admin call after the call: the call's record is logged here once it is answered
+        assert [(r.name, r.levelno) for r in served()] == [("mockllm", logging.INFO)], caplog.text
+
+
+def test_a_process_server_starts_no_thread_in_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not even one that only waits: a second thread makes every malloc and free of the process take a
+    lock (glibc's), for good: 4 % more CPU for the test's own code (mockllm.process._ChildLogs)."""
+    started: list[str] = []
+    real_start = threading.Thread.start
+
+    def start(thread: threading.Thread) -> None:
+        started.append(thread.name)
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    process.start_spare()  # as the pytest plugin starts it, taken by the launch below
+    with mockllm.Server(RECORDINGS / "text-turn", process=True, log_level="debug", **WARN) as server, \
+            server.run("text-turn") as run, \
+            openai.OpenAI(base_url=run.base_url, api_key="x", max_retries=0) as client:
+        client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+        assert run.report().consumed
+    assert started == []
+
+
+def test_a_child_that_logs_more_than_a_pipe_holds_between_admin_calls_keeps_serving(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Its log is a file: a pipe read only at admin calls would fill (64 KiB) and stop the server,
+    blocked on writing a line, in the middle of a test's calls."""
+    session = "s" * 7_500  # in each call's log line; the server logs ten alike per 10 s (log_rate): 75 KB
+    with caplog.at_level(logging.INFO, logger="mockllm"), \
+            mockllm.Server(RECORDINGS / "text-turn", process=True, log_level="info", **WARN) as server, \
+            server.run("text-turn") as run, \
+            openai.OpenAI(base_url=run.base_url, api_key="x", max_retries=0, timeout=10,
+                          default_headers=run.headers(session)) as client:
+        for _ in range(12):  # the first is served; each after it is refused (script exhausted), and logged
+            with contextlib.suppress(openai.APIStatusError):
+                client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+        run.report()
+    relayed = [r.getMessage() for r in caplog.records if session in r.getMessage()]
+    assert len(relayed) == 10 and sum(map(len, relayed)) > 64 * 1024
+
+
+def test_relayed_records_pass_a_repeat_limit_as_records_of_their_own(caplog: pytest.LogCaptureFixture) -> None:
+    """A server in a thread puts a repeat limit on its process's mockllm loggers (log_rate), which
+    tells messages apart by their format string: relayed, each record is its own message, and 15
+    different ones in a row all pass (under one shared format, the limit kept 10)."""
+    limit_repeats()
+    tag = f"relayed-{time.monotonic_ns()}"
+    with caplog.at_level(logging.INFO, logger="mockllm"):
+        for n in range(15):
+            record = {"name": "mockllm", "level": logging.INFO, "message": f"{tag} {n}"}
+            process._relay_line(json.dumps(record).encode())
+    assert [r.getMessage() for r in caplog.records if tag in r.getMessage()] == [f"{tag} {n}" for n in range(15)]
 
 
 def test_admin_calls_share_one_kept_alive_connection_and_survive_its_close(srv: mockllm.Server) -> None:

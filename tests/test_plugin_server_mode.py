@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import shutil
+import threading
 
 import openai  # noqa: F401  (imported once here: pytester drops what each inner run imports)
 import pytest
@@ -45,6 +46,36 @@ def test_the_fixtures_behave_alike_in_a_process_and_in_a_thread(pytester: pytest
     result.assert_outcomes(passed=2, errors=1)
     result.stdout.fnmatch_lines([f"*SERVER {where} {where == 'process'}*"])
     result.stdout.fnmatch_lines(["*test_left_over*the mockllm run did not go as recorded*"])
+
+
+def test_the_plugin_starts_no_thread_in_the_test_process(pytester: pytest.Pytester,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its server is a process, its spare too, and the server's logs come back with no thread: one
+    would make every malloc of the tests' own code take a lock (mockllm.process._ChildLogs). Its log
+    records still reach the test's captured log, by the test's teardown."""
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # this suite's own worker: the spare too
+    started: list[str] = []
+    real_start = threading.Thread.start
+
+    def start(thread: threading.Thread) -> None:
+        started.append(thread.name)
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    make_ini(pytester, f"mockllm_recordings = {RECORDINGS}", "mockllm_divergence = warn", "mockllm_log_level = info",
+             "log_level = INFO")
+    pytester.makepyfile(PRELUDE + '''
+@pytest.mark.mockllm("text-turn")
+def test_served(mockllm_run):
+    assert call(mockllm_run).choices[0].message.content == "Hello from the recorded model!"
+    assert False, "to show its captured log"
+''')
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    # Relayed as the call ends; in the rare case that its test got there before the server had
+    # logged it (the server logs a call once its answer is written), at the teardown's admin call.
+    result.stdout.fnmatch_lines(["*Captured log call*", "*call 0 (0-based): 200*"])
+    assert started == []
 
 
 def test_a_bad_server_mode_in_the_ini_is_a_usage_error(pytester: pytest.Pytester) -> None:
