@@ -272,10 +272,10 @@ class _ChildLogs:
     Why no thread reads it as it comes: a second thread in the test's process, even one that only
     waits, makes every `malloc` and `free` of the process take a lock (glibc skips it while a
     process has one thread, and never again once a thread has started). On 1 x 200 x 1, building
-    the `openai` client took 0.75 ms more CPU per test, 4 % of it, in the process that had the
-    thread that read this as a pipe (see docs/benchmarks.md). Why a file: a pipe read only now and
-    then fills (64 KiB) under a debug log level, and then the server stops, blocked on writing a
-    log line, until the next admin call that will not come.
+    the `openai` client took 0.75-0.97 ms more CPU per test (4 %) while a thread here read this
+    from a pipe (see docs/benchmarks.md). Why a file: a pipe read only now and then fills (64 KiB)
+    under a debug log level, and then the server stops, blocked on writing a log line, until the
+    next admin call that will not come.
 
     So a record reaches this process's loggers after the admin call that follows it (`Server` relays
     after each), or as the child stops; in the pytest plugin, by the test's teardown at the latest,

@@ -11,6 +11,8 @@ started: no worker waits for it to be ready, and a connection made before it ser
 socket's backlog. The controller waits for the process in a thread of its own, and says why in the
 session's summary if it did not start; it stops the server when the session ends, after every
 worker. Only in the plugin's process mode (`--mockllm-server-mode thread` keeps a server per worker).
+The server's log records reach the controller's loggers as it stops: they come back after admin
+calls (`mockllm.process._ChildLogs`), and the workers make those, not the controller.
 """
 
 from __future__ import annotations
