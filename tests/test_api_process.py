@@ -29,7 +29,7 @@ from mockllm.hosting.admin_client import AdminConnection
 from mockllm.hosting.log_rate import limit_repeats
 from mockllm.options import in_process
 from mockllm.shared_server import SharedServer, attach
-from tests.server_children import server_children
+from tests.server_children import server_children, threads_started
 from tests.test_api import RECORDINGS, USER, WARN, port_is_free
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,14 +136,7 @@ def test_the_childs_log_records_reach_the_parents_loggers_by_the_next_admin_call
 def test_a_process_server_starts_no_thread_in_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
     """Not even one that only waits: a second thread makes every malloc and free of the process take a
     lock (glibc's), for good: 4 % more CPU for the test's own code (mockllm.process._ChildLogs)."""
-    started: list[str] = []
-    real_start = threading.Thread.start
-
-    def start(thread: threading.Thread) -> None:
-        started.append(thread.name)
-        real_start(thread)
-
-    monkeypatch.setattr(threading.Thread, "start", start)
+    started = threads_started(monkeypatch)
     process.start_spare()  # as the pytest plugin starts it, taken by the launch below
     with mockllm.Server(RECORDINGS / "text-turn", process=True, log_level="debug", **WARN) as server, \
             server.run("text-turn") as run, \

@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import shutil
-import threading
 
 import openai  # noqa: F401  (imported once here: pytester drops what each inner run imports)
 import pytest
 
 import mockllm.api  # noqa: F401  (likewise)
+from tests.server_children import threads_started
 from tests.test_plugin import PRELUDE, RECORDINGS, make_ini
 
 pytest_plugins = ["pytester"]
@@ -54,14 +54,7 @@ def test_the_plugin_starts_no_thread_in_the_test_process(pytester: pytest.Pytest
     would make every malloc of the tests' own code take a lock (mockllm.process._ChildLogs). Its log
     records still reach the test's captured log, by the test's teardown."""
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # this suite's own worker: the spare too
-    started: list[str] = []
-    real_start = threading.Thread.start
-
-    def start(thread: threading.Thread) -> None:
-        started.append(thread.name)
-        real_start(thread)
-
-    monkeypatch.setattr(threading.Thread, "start", start)
+    started = threads_started(monkeypatch)
     make_ini(pytester, f"mockllm_recordings = {RECORDINGS}", "mockllm_divergence = warn", "mockllm_log_level = info",
              "log_level = INFO")
     pytester.makepyfile(PRELUDE + '''
