@@ -298,7 +298,7 @@ class _ChildLogs:
                     self._read += len(more)
                     data += more
             except OSError:
-                return
+                pass  # relay what was read: the offset has moved past it
             *lines, self._partial = data.split(b"\n")
             if final and self._partial:
                 lines.append(self._partial)
