@@ -204,13 +204,22 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     """The server process's log records of the test's calls, logged in the test's process as its call
     ends: they come back at admin calls (`Server.relay_logs`), and the next is the teardown's, whose
     captured log the report of a failed call does not show. Last of the wrappers, so the innermost:
-    inside the call's log capture."""
+    inside the call's log capture. The server logs a call once its answer is written, which may be
+    after the test has read it: a failed call makes one admin call first (it relays, as each does),
+    which the server answers after that, so its report shows every record of its calls. A passed
+    call's may come at its teardown instead, where nothing shows them either way."""
+    passed = False
     try:
-        return (yield)
+        result = yield
+        passed = True
+        return result
     finally:
         server = getattr(item, "funcargs", {}).get("mockllm_server")
-        if server is not None:
+        if server is not None and passed:
             server.relay_logs()
+        elif server is not None:
+            with contextlib.suppress(Exception):  # only a help: the test's own failure is the story
+                server.admin("GET", f"{server.url}/_mockllm/health")
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
