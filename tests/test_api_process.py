@@ -84,6 +84,27 @@ def test_stopping_frees_the_port_and_ends_the_process() -> None:
     server.stop()  # idempotent
 
 
+def test_stopping_is_woken_by_the_childs_exit_not_by_polling(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every session's end waits for its server's child: `Popen.wait(timeout)` would see the exit only
+    # at its next look (it sleeps 0.5, 1, 2 ... 50 ms between them).
+    naps: list[float] = []
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    monkeypatch.setattr(time, "sleep", naps.append)
+    process._wait_for_exit(child, 60)
+    assert child.returncode == 0 and naps == []
+
+
+def test_a_child_that_does_not_exit_in_time_is_a_timeout() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            process._wait_for_exit(child, 0.2)
+        assert child.poll() is None
+    finally:
+        child.kill()
+        child.wait()
+
+
 @pytest.mark.parametrize(("path", "error", "match"), [
     ("no-such-folder", NotAScenarioError, "not a folder"),
     ("suite", mockllm.ServerStartError, "no valid scenario"),
