@@ -58,7 +58,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from mockllm.errors import MockllmError, NotAScenarioError
 from mockllm.options import ServeOptions
@@ -143,10 +143,18 @@ def _wait_for_exit(proc: subprocess.Popen[bytes], timeout: float) -> None:
     with contextlib.suppress(AttributeError, OSError):  # no pidfd_open (not Linux, Linux < 5.3), or reaped
         pidfd = os.pidfd_open(proc.pid)
         try:
-            select.select([pidfd], [], [], timeout)
+            _readable(pidfd, timeout)
         finally:
             os.close(pidfd)
     proc.wait(timeout=max(deadline - time.monotonic(), 0))
+
+
+def _readable(fd: int, timeout: float) -> bool:
+    """Whether `fd` turns readable within `timeout` s. With poll, not select: select refuses a
+    descriptor numbered 1024 or more, which a test process holding many files may be given."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(timeout, 0) * 1000))
 
 
 _spare: _Child | None = None  # started ahead of a launch (start_spare)
@@ -265,13 +273,13 @@ def _child_env() -> dict[str, str]:
 
 def _read_line(stream: IO[bytes], timeout: float) -> bytes | None:
     """One line from `stream` within `timeout` s, or None (the child is stuck, or exited). Waited for
-    with `select`, not in a thread: see `_ChildLogs`. Read off the descriptor, past the stream's
+    with `poll`, not in a thread: see `_ChildLogs`. Read off the descriptor, past the stream's
     buffer: the ready line is all the child ever writes there."""
     fd, line = stream.fileno(), b""
     deadline = time.monotonic() + timeout
     while b"\n" not in line:
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
+        if left <= 0 or not _readable(fd, left):
             return None
         more = os.read(fd, 1 << 12)
         if not more:
@@ -483,7 +491,7 @@ def _read_exactly(control: socket.socket, size: int, fds: list[int]) -> bytes | 
     return data
 
 
-def main() -> int:
+def main() -> NoReturn:
     # The server keeps the scheduling it inherits. As a batch task (SCHED_BATCH, 42a2125 until c610c6a) a
     # request that woke it never preempted a test, but the answer could wait for a busy core while
     # the core its test had freed stayed idle: on 2 x 200 x 5 (-n 2) the cores were idle 6-8 % of
@@ -509,4 +517,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -105,6 +105,23 @@ def test_a_child_that_does_not_exit_in_time_is_a_timeout() -> None:
         child.wait()
 
 
+def test_a_process_holding_over_1024_descriptors_starts_and_stops_its_server() -> None:
+    # select() refuses descriptors numbered 1024 or more; a big suite's process may hold that many
+    # files, and the server's pipe and its process descriptor are opened after them.
+    held: list[int] = []
+    try:
+        while not held or held[-1] < 1100:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        server = mockllm.Server(RECORDINGS / "text-turn", process=True).start()
+        url = server.url
+        assert answered(url)
+        server.stop()
+        assert not answered(url)
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
 @pytest.mark.parametrize(("path", "error", "match"), [
     ("no-such-folder", NotAScenarioError, "not a folder"),
     ("suite", mockllm.ServerStartError, "no valid scenario"),
