@@ -1,4 +1,4 @@
-"""Which mockllm server processes a process has started: its children running `mockllm.process`
+"""Which mockllm server processes a process has started: its children running `mockllm.process_child`
 (a spare among them). Read from /proc: Linux, as the tests that ask are. And which threads it
 starts meanwhile: a process server starts none in its parent."""
 
@@ -20,7 +20,7 @@ def server_children() -> set[int]:
             cmdline = (entry / "cmdline").read_bytes()
         except (OSError, ValueError):
             continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"mockllm.process" in cmdline:
+        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"mockllm.process_child" in cmdline:
             found.add(int(entry.name))
     return found
 

@@ -23,7 +23,7 @@ import openai
 import pytest
 
 import mockllm
-from mockllm import process
+from mockllm import process, process_child
 from mockllm.errors import NotAScenarioError
 from mockllm.hosting.admin_client import AdminConnection
 from mockllm.hosting.log_rate import limit_repeats
@@ -347,11 +347,11 @@ def test_what_was_loaded_ahead_is_served_only_while_the_orders_and_the_folder_ar
         tmp_path: Path) -> None:
     folder = many_scenarios(tmp_path, 2)
     options = in_process(**WARN)
-    ahead = process._Ahead.load(process._Orders(folder, options, None, True))
+    ahead = process_child._Ahead.load(process_child._Orders(folder, options, None, True))
     assert ahead is not None
 
-    def orders(path: Path = folder, **changes: Any) -> process._Orders:
-        return process._Orders(path, options.replace(**changes), None, False)
+    def orders(path: Path = folder, **changes: Any) -> process_child._Orders:
+        return process_child._Orders(path, options.replace(**changes), None, False)
 
     assert ahead.serves(orders())
     assert not ahead.serves(orders(headerless="anonymous"))
@@ -360,8 +360,8 @@ def test_what_was_loaded_ahead_is_served_only_while_the_orders_and_the_folder_ar
     log.write_text(log.read_text())
     assert not ahead.serves(orders()), "the same bytes written again in place"
 
-    def reloaded() -> process._Ahead:
-        again = process._Ahead.load(process._Orders(folder, options, None, True))
+    def reloaded() -> process_child._Ahead:
+        again = process_child._Ahead.load(process_child._Orders(folder, options, None, True))
         assert again is not None and again.serves(orders())
         return again
 
@@ -377,12 +377,12 @@ def test_what_was_loaded_ahead_is_served_only_while_the_orders_and_the_folder_ar
 def test_a_folder_that_does_not_load_is_not_loaded_ahead(tmp_path: Path) -> None:
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "session.jsonl").write_text("not json\n")
-    assert process._Ahead.load(process._Orders(tmp_path, in_process(**WARN), None, True)) is None
+    assert process_child._Ahead.load(process_child._Orders(tmp_path, in_process(**WARN), None, True)) is None
 
 
 def test_the_server_process_keeps_the_scheduling_it_inherits() -> None:
     """Not a batch task: under xdist a batch task's answer could wait for a busy core while the test
-    waiting for it left its own core idle (see process.main; Linux, as the process mode's control
+    waiting for it left its own core idle (see process_child.main; Linux, as the process mode's control
     channel is POSIX)."""
     before = server_children()
     with mockllm.Server(RECORDINGS / "text-turn", process=True, **WARN):
