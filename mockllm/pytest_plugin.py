@@ -215,11 +215,12 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         return result
     finally:
         server = getattr(item, "funcargs", {}).get("mockllm_server")
-        if server is not None and passed:
-            server.relay_logs()
-        elif server is not None:
-            with contextlib.suppress(Exception):  # only a help: the test's own failure is the story
-                server.admin("GET", f"{server.url}/_mockllm/health")
+        if server is not None:
+            if passed:
+                server.relay_logs()
+            else:
+                with contextlib.suppress(Exception):  # only a help: the test's own failure is the story
+                    server.admin("GET", f"{server.url}/_mockllm/health")
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
