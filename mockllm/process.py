@@ -48,6 +48,7 @@ import os
 import pickle
 import select
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -59,12 +60,14 @@ from typing import IO
 
 from mockllm.errors import MockllmError, NotAScenarioError
 from mockllm.options import ServeOptions
-from mockllm.process_child import ORDERS_LENGTH
 
 # A child that stops cleanly closes its listener at once; past this it is killed.
 STOP_TIMEOUT = 10.0
 ERRORS: dict[str, type[Exception]] = {"NotAScenarioError": NotAScenarioError, "TypeError": TypeError,
                                       "ValueError": ValueError}
+# Before the pickled orders on the control channel. Defined on this side, which the test's process
+# imports: the child's module (its dataclasses, its server code) is the child's alone to import.
+ORDERS_LENGTH = struct.Struct(">I")
 
 
 @dataclass

@@ -2,8 +2,8 @@
 the private protocol between the two): run as `python -m mockllm.process_child`, it makes the
 server's imports, reads its orders from its control channel (a spare loads what it is told to
 meanwhile), prints its ready line, serves until that channel closes, and sends its log records back
-as JSON lines on its stderr. Kept apart from the parent's side: nothing here runs in the test's
-process, and nothing of the parent's is imported here."""
+as JSON lines on its stderr. Kept apart from the parent's side, from which it imports only the
+orders' framing (`ORDERS_LENGTH`): the test's process neither runs nor imports anything here."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import logging
 import os
 import pickle
 import socket
-import struct
 import sys
 import threading
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from mockllm.errors import MockllmError
 from mockllm.options import ServeOptions
+from mockllm.process import ORDERS_LENGTH
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mockllm")
 
-ORDERS_LENGTH = struct.Struct(">I")  # before the pickled orders on the control channel
 # What the child imports to serve: most of its start (aiohttp alone is a third), made before its orders.
 SERVING = ("mockllm.hosting.listen", "mockllm.scenario.collector", "mockllm.server.running", "mockllm.starting")
 

@@ -84,6 +84,14 @@ def test_stopping_frees_the_port_and_ends_the_process() -> None:
     server.stop()  # idempotent
 
 
+def test_the_test_process_does_not_import_the_childs_side() -> None:
+    # The parent's side is imported as every plugin session starts; the child's dataclasses and
+    # server code (`mockllm.process_child`) are the server process's alone.
+    probe = "import sys, mockllm.process; print('mockllm.process_child' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
 def test_stopping_is_woken_by_the_childs_exit_not_by_polling(monkeypatch: pytest.MonkeyPatch) -> None:
     # Every session's end waits for its server's child: `Popen.wait(timeout)` would see the exit only
     # at its next look (it sleeps 0.5, 1, 2 ... 50 ms between them).
